@@ -1,0 +1,42 @@
+PYTHON ?= python3
+PYTEST ?= $(PYTHON) -m pytest
+FUZZ_SECONDS ?= 600
+TYPECHECK_ROOT := build/typecheck
+
+.PHONY: install test lint typecheck demo bench bench-report fuzz fuzz-smoke clean
+
+install:
+	$(PYTHON) -m pip install -e '.[dev]'
+
+test:
+	$(PYTEST) -q
+
+# mypy does not follow setuptools' editable import hook, so type-check through a link
+# tree that mirrors the installed layout (callgate/engine -> engine, callgate/adapters -> adapters).
+typecheck:
+	@mkdir -p $(TYPECHECK_ROOT)/callgate
+	@ln -sfn $(CURDIR)/engine $(TYPECHECK_ROOT)/callgate/engine
+	@ln -sfn $(CURDIR)/adapters $(TYPECHECK_ROOT)/callgate/adapters
+	cd $(TYPECHECK_ROOT) && MYPYPATH=. $(PYTHON) -m mypy --config-file $(CURDIR)/pyproject.toml -p callgate.engine -p callgate.adapters
+
+lint: typecheck
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check engine adapters
+
+demo:
+	$(PYTHON) -m callgate.engine.cli demo
+
+bench:
+	$(PYTEST) bench -q --benchmark-only --benchmark-columns=median,ops --benchmark-sort=name -p no:randomly
+
+bench-report:
+	$(PYTHON) bench/report.py
+
+fuzz:
+	$(PYTHON) fuzz/run.py --seconds $(FUZZ_SECONDS)
+
+fuzz-smoke:
+	$(PYTHON) fuzz/run.py --seconds 60 --seed 1
+
+clean:
+	rm -rf build .mypy_cache .pytest_cache .ruff_cache .benchmarks

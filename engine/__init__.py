@@ -1,0 +1,1 @@
+"""callgate.engine: the provider-neutral tool-calling engine."""

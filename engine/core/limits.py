@@ -1,0 +1,42 @@
+"""Size caps on untrusted stream input, each with the reason for its default.
+
+Every buffer that grows with model or provider output is bounded by one of these.
+Exceeding a cap is a typed error (``LimitExceeded``) inside the decoder and an
+explicit ``failed`` turn outcome at the decode boundary, never unbounded memory
+and never a silently truncated call.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["DEFAULT_LIMITS", "Limits"]
+
+_MiB = 1024 * 1024
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    # One SSE line carries one provider event. The largest legitimate single line is a
+    # whole-arguments Gemini functionCall or an Anthropic content block with opaque
+    # encrypted search results (≈256 KB recorded); 4 MiB leaves >10x headroom.
+    max_line_bytes: int = 4 * _MiB
+    # Multi-line `data:` fields are joined into one event; twice a line.
+    max_event_bytes: int = 8 * _MiB
+    # Arguments of one call. Real tool arguments are bytes to kilobytes; 4 MiB is
+    # generous and still caps what one call can make us hold.
+    max_call_argument_bytes: int = 4 * _MiB
+    # All argument bytes of one response together.
+    max_response_argument_bytes: int = 16 * _MiB
+    # Calls in one response. Providers emit a handful of parallel calls; 128 is far
+    # above any observed response and bounds per-call bookkeeping.
+    max_calls_per_response: int = 128
+    # Nesting depth of one argument object. Tool schemas are shallow; deep nesting is
+    # a parser-exhaustion attack, not data.
+    max_json_depth: int = 64
+    # Assistant text and refusal text of one response.
+    max_text_bytes: int = 16 * _MiB
+    # Continuation items (reasoning, thinking blocks, signatures) of one response.
+    max_continuation_items: int = 1024
+
+
+DEFAULT_LIMITS = Limits()

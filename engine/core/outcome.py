@@ -1,0 +1,127 @@
+"""The result of decoding one model turn: an explicit, classified ``TurnOutcome``.
+
+Only an explicit completion signal from the provider yields ``final_text`` or
+``tool_proposals``. Everything else (a cut stream, max tokens, a filter, an error)
+is named for what it is, with the provider's raw reason kept beside it.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "ContinuationItem",
+    "IncompleteCall",
+    "OutcomeKind",
+    "ProposedCall",
+    "ProviderDetail",
+    "ProviderErrorInfo",
+    "TurnOutcome",
+    "Usage",
+]
+
+
+class OutcomeKind(enum.StrEnum):
+    FINAL_TEXT = "final_text"
+    TOOL_PROPOSALS = "tool_proposals"
+    REFUSAL = "refusal"
+    TRUNCATED = "truncated"
+    PAUSED = "paused"
+    FAILED = "failed"
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cached_input_tokens: int | None = None
+
+    def merge(self, newer: Usage) -> Usage:
+        """Fields the newer report sets win; the rest are kept."""
+        return Usage(
+            input_tokens=_pick(newer.input_tokens, self.input_tokens),
+            output_tokens=_pick(newer.output_tokens, self.output_tokens),
+            reasoning_tokens=_pick(newer.reasoning_tokens, self.reasoning_tokens),
+            cached_input_tokens=_pick(newer.cached_input_tokens, self.cached_input_tokens),
+        )
+
+
+def _pick(new: int | None, old: int | None) -> int | None:
+    return old if new is None else new
+
+
+class ProviderErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A provider-reported error. ``message`` is diagnostic text from the provider:
+    never shown to the model as a business status, never trusted."""
+
+    code: str | None = None
+    message: str | None = None
+    status: int | None = None
+    retryable: bool = False
+
+
+class ContinuationItem(msgspec.Struct, frozen=True, tag="continuation"):
+    """Something the provider needs back verbatim on the next request: a Responses
+    reasoning item, an Anthropic thinking block with its signature, a Gemini
+    thought signature. ``index`` is its output position (or the part it belongs to)."""
+
+    kind: str
+    index: int
+    item: dict[str, Any]
+
+
+class ProviderDetail(msgspec.Struct, frozen=True, tag="provider_detail"):
+    """Anything the vocabulary has no field for (server tools, unknown block types)."""
+
+    kind: str
+    data: dict[str, Any]
+
+
+class ProposedCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A call whose done signal arrived. ``arguments`` is None (and ``error`` says why)
+    when the argument text was rejected; such a call is never executed.
+    ``raw_arguments`` is the joined argument text exactly as received (UTF-8)."""
+
+    index: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any] | None
+    raw_arguments: bytes
+    error: str | None = None
+    item_id: str | None = None
+    call_id_derived: bool = False
+
+
+class IncompleteCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A call that started but never got its done signal. Diagnostics only."""
+
+    index: int
+    call_id: str | None
+    name: str
+    received_bytes: int
+    reason: str
+
+
+class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    kind: OutcomeKind
+    raw_reason: str | None
+    # Why callgate classified the turn this way, in its own words.
+    stop_reason: str
+    response_id: str | None = None
+    model: str | None = None
+    text: str = ""
+    refusal: str = ""
+    calls: tuple[ProposedCall, ...] = ()
+    incomplete_calls: tuple[IncompleteCall, ...] = ()
+    usage: Usage = Usage()
+    continuation: tuple[ContinuationItem, ...] = ()
+    error: ProviderErrorInfo | None = None
+    provider_details: tuple[ProviderDetail, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        """True only for an explicit, successful completion of the turn."""
+        return self.kind in (OutcomeKind.FINAL_TEXT, OutcomeKind.TOOL_PROPOSALS)
