@@ -14,12 +14,25 @@ import importlib
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
+import msgspec
+
 from .errors import ConfigError
 from .events import EngineEvent
-from .outcome import OutcomeKind
+from .limits import Limits
+from .outcome import OutcomeKind, TurnOutcome
 from .sse import SSEEvent
 
-__all__ = ["PROVIDERS", "Adapter", "AdapterStream", "load_adapter"]
+__all__ = [
+    "JSON",
+    "PROVIDERS",
+    "Adapter",
+    "AdapterStream",
+    "EncodeSide",
+    "HttpRequestSpec",
+    "ModelResult",
+    "ToolDeclaration",
+    "load_adapter",
+]
 
 # Provider name -> module in callgate.adapters. The public names are fixed.
 PROVIDERS: tuple[str, ...] = (
@@ -55,7 +68,9 @@ class Adapter(Protocol):
     # Raw stop/finish reason -> outcome kind (the module-level table, for docs/tests).
     finish_reasons: Mapping[str, OutcomeKind]
 
-    def new_stream(self) -> AdapterStream: ...
+    def new_stream(self, limits: Limits) -> AdapterStream:
+        """Fresh decoding state for one response; ``limits`` bounds what it may buffer."""
+        ...
 
 
 _cache: dict[str, Adapter] = {}
@@ -75,3 +90,76 @@ def load_adapter(provider: str) -> Adapter:
         raise ConfigError(f"callgate.adapters.{provider}.ADAPTER does not satisfy Adapter")
     _cache[provider] = adapter
     return adapter
+
+
+# --- encode side -------------------------------------------------------------------------
+# The conversation is kept in the provider's own message shapes (plain JSON dicts owned by
+# the adapter), so continuation items travel verbatim and no lossy neutral form sits between.
+
+JSON = dict[str, object]
+
+
+class ToolDeclaration(msgspec.Struct, frozen=True):
+    """What the model is told about one tool. ``parameters`` is a JSON Schema object."""
+
+    name: str
+    description: str
+    parameters: dict[str, object]
+
+
+class ModelResult(msgspec.Struct, frozen=True):
+    """The model-facing projection of one call's result, ready for the wire.
+
+    ``content`` is canonical JSON text of the model_result (or safe error text);
+    ``is_error`` marks an error envelope. Nothing else about the result reaches the
+    provider."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+class HttpRequestSpec(msgspec.Struct, frozen=True):
+    """Where and what to POST; the runtime's transport does the I/O."""
+
+    path: str
+    body: dict[str, object]
+    headers: dict[str, str] = {}
+
+
+class EncodeSide(Protocol):
+    """The encode half of an adapter (implemented by the same ``ADAPTER`` object)."""
+
+    def initial_messages(self, user_text: str) -> list[JSON]:
+        """The first user message(s) of a conversation."""
+        ...
+
+    def assistant_echo(self, outcome: TurnOutcome) -> list[JSON]:
+        """The model's own turn, as the provider needs it echoed back on the next request
+        (reasoning items, thinking blocks with signatures, thought signatures on the
+        same part, text, calls), in output order."""
+        ...
+
+    def encode_results(self, outcome: TurnOutcome, results: list[ModelResult]) -> list[JSON]:
+        """Messages/items that carry ``results`` back, in the provider's required shape and
+        order (Anthropic tool_result blocks first, one Chat ``tool`` message per call...)."""
+        ...
+
+    def build_request(
+        self,
+        *,
+        model: str,
+        messages: list[JSON],
+        tools: list[ToolDeclaration],
+        system: str | None = None,
+        max_tokens: int | None = None,
+        previous: TurnOutcome | None = None,
+    ) -> HttpRequestSpec:
+        """The streaming request for the next model turn. ``previous`` is the last turn's
+        outcome (Interactions uses its id as ``previous_interaction_id``)."""
+        ...
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """Headers that carry the API key (and API version where one is required)."""
+        ...

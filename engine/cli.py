@@ -1,0 +1,123 @@
+"""The ``callgate`` command line: the one public face that wires the engine to the adapters
+(through provider names, resolved lazily).
+
+    callgate decode --provider NAME [--chunk-size N] FILE   decode a captured SSE body
+    callgate fixtures [DIR]                                 one line per recorded stream
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .core.adapter import PROVIDERS
+from .core.decode import decode
+from .core.outcome import TurnOutcome
+
+__all__ = ["main", "outcome_json"]
+
+
+def outcome_json(outcome: TurnOutcome) -> dict[str, Any]:
+    """The stable JSON view of an outcome printed by ``callgate decode``."""
+    return {
+        "kind": outcome.kind.value,
+        "raw_reason": outcome.raw_reason,
+        "stop_reason": outcome.stop_reason,
+        "response_id": outcome.response_id,
+        "model": outcome.model,
+        "text": outcome.text,
+        "refusal": outcome.refusal,
+        "calls": [
+            {
+                "index": c.index,
+                "call_id": c.call_id,
+                "name": c.name,
+                "arguments": c.arguments,
+                "error": c.error,
+            }
+            for c in outcome.calls
+        ],
+        "incomplete_calls": [
+            {"index": c.index, "call_id": c.call_id, "name": c.name, "reason": c.reason}
+            for c in outcome.incomplete_calls
+        ],
+        "error": None
+        if outcome.error is None
+        else {"code": outcome.error.code, "status": outcome.error.status},
+    }
+
+
+def _chunks(data: bytes, size: int | None) -> Iterator[bytes]:
+    if not size:
+        yield data
+        return
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+
+
+def _cmd_decode(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        data = sys.stdin.buffer.read() if args.file == "-" else path.read_bytes()
+    except OSError as exc:
+        print(f"callgate decode: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    if args.chunk_size is not None and args.chunk_size < 1:
+        print("callgate decode: --chunk-size must be a positive integer", file=sys.stderr)
+        return 2
+    outcome = decode(args.provider, _chunks(data, args.chunk_size))
+    sys.stdout.write(orjson.dumps(outcome_json(outcome)).decode() + "\n")
+    return 0
+
+
+def fixture_lines(root: Path) -> Iterator[str]:
+    """One line per recorded stream: family, file, outcome kind, raw reason, calls."""
+    for family in PROVIDERS:
+        for path in sorted((root / family).glob("*.sse")):
+            outcome = decode(family, [path.read_bytes()])
+            calls = ", ".join(f"{c.name}({c.call_id})" for c in outcome.calls) or "-"
+            yield (
+                f"{family:<20} {path.name:<64} {outcome.kind.value:<15} "
+                f"{outcome.raw_reason or '-':<20} {calls}"
+            )
+
+
+def _cmd_fixtures(args: argparse.Namespace) -> int:
+    root = Path(args.dir)
+    if not root.is_dir():
+        print(f"callgate fixtures: no such directory {root}", file=sys.stderr)
+        return 2
+    for line in fixture_lines(root):
+        print(line)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="callgate", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("decode", help="decode a captured SSE body into its turn outcome")
+    p.add_argument("--provider", required=True, choices=PROVIDERS)
+    p.add_argument("--chunk-size", type=int, default=None, help="feed the body in N-byte chunks")
+    p.add_argument("file", help="path to the SSE body, or - for standard input")
+    p.set_defaults(func=_cmd_decode)
+
+    p = sub.add_parser("fixtures", help="decode every recorded fixture, one line each")
+    p.add_argument("dir", nargs="?", default="tests/fixtures")
+    p.set_defaults(func=_cmd_fixtures)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

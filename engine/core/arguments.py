@@ -1,0 +1,110 @@
+"""Strict parsing of a tool call's argument text: one JSON object, or a named rejection.
+
+A model's argument text is untrusted. It is parsed once, after the provider's done
+signal, and either accepted exactly as written or rejected with a reason. It is never
+repaired: no closing brace is added, no trailing junk is dropped, no duplicate key is
+resolved by "last one wins", no NaN is read as a number.
+
+Rejected: invalid UTF-8, lone surrogates (raw or escaped), invalid JSON, trailing data,
+NaN/Infinity, numbers out of float range, a top-level value that is not an object,
+duplicate keys in any object, and nesting deeper than ``Limits.max_json_depth``.
+Integers keep full precision (msgspec decodes big integers exactly; orjson would turn
+them into floats, silently changing the value).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = ["ArgumentsRejected", "parse_arguments"]
+
+_decoder = msgspec.json.Decoder()
+
+
+class ArgumentsRejected(ValueError):
+    """The argument text is not acceptable; ``reason`` says why without echoing values."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+def parse_arguments(raw: bytes, max_depth: int) -> dict[str, Any]:
+    """Parse ``raw`` as one JSON object under callgate's strict rules.
+
+    Empty (or all-whitespace) text means "no arguments" and yields ``{}``: Anthropic
+    streams a no-argument call as a single empty fragment, and an empty text cannot be
+    a cut-off object (a cut stream never reaches the done signal that calls us).
+    """
+    if not raw.strip():
+        return {}
+    try:
+        value = _decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise ArgumentsRejected(f"arguments are not valid JSON: {exc}") from None
+    except RecursionError:  # msgspec's own nesting guard, far past our cap
+        raise ArgumentsRejected(f"arguments nest deeper than {max_depth} levels") from None
+    if not isinstance(value, dict):
+        raise ArgumentsRejected(f"arguments must be a JSON object, not {_json_type(value)}")
+    _check_structure(value, raw, max_depth)
+    return value
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool) or value is None:
+        return "a literal"
+    return "a number"
+
+
+def _check_structure(root: dict[str, Any], raw: bytes, max_depth: int) -> None:
+    """Enforce the depth cap and detect duplicate keys in one walk over containers.
+
+    Duplicate keys vanish in a parsed dict, so they are found by counting: every object
+    member puts exactly one ``:`` outside strings, so
+    ``members = colons(raw) - colons inside decoded strings``. An escaped colon
+    (``\\u003a``) would break the count, so its rare presence takes the slow path.
+    """
+    keys = 0
+    string_colons = 0
+    stack: list[tuple[Any, int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            raise ArgumentsRejected(f"arguments nest deeper than {max_depth} levels")
+        if isinstance(node, dict):
+            keys += len(node)
+            for key, item in node.items():
+                string_colons += key.count(":")
+                if isinstance(item, str):
+                    string_colons += item.count(":")
+                elif isinstance(item, dict | list):
+                    stack.append((item, depth + 1))
+        else:
+            for item in node:
+                if isinstance(item, str):
+                    string_colons += item.count(":")
+                elif isinstance(item, dict | list):
+                    stack.append((item, depth + 1))
+    if b"\\u003" in raw and b"\\u003a" in raw.lower():
+        _check_duplicates_slow(raw)
+        return
+    members = raw.count(b":") - string_colons
+    if members != keys:
+        raise ArgumentsRejected("arguments contain a duplicate key")
+
+
+def _check_duplicates_slow(raw: bytes) -> None:
+    import json  # only on the rare escaped-colon path
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        if len({k for k, _ in pairs}) != len(pairs):
+            raise ArgumentsRejected("arguments contain a duplicate key")
+        return {}
+
+    json.loads(raw, object_pairs_hook=hook)

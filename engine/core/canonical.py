@@ -1,0 +1,72 @@
+"""Canonical JSON: the one byte form every digest in callgate is computed over.
+
+The form (documented in the README, stable across releases):
+- UTF-8, no insignificant whitespace, object keys sorted by their Unicode code points;
+- keys must be strings; values are null, booleans, integers, finite floats, strings,
+  arrays (lists/tuples) and objects (dicts); anything else is rejected;
+- integers in plain decimal; floats in the shortest form that round-trips (orjson's
+  formatting, which never emits NaN/Infinity: those are rejected);
+- strings with JSON's minimal escapes (``"``, ``\\``, control characters) and other
+  characters as raw UTF-8; lone surrogates are rejected.
+
+A tuple of fields is digested as a canonical JSON *array*: every string is delimited and
+escaped, so no two different tuples encode to the same bytes (unlike naive
+concatenation, where ``("ab", "c")`` and ``("a", "bc")`` collide).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+from typing import Any
+
+import orjson
+
+from .errors import ConfigError
+
+__all__ = ["canonical_json", "digest_fields", "hmac_fields", "sha256_hex"]
+
+_OPTS = orjson.OPT_SORT_KEYS
+
+
+def canonical_json(value: Any) -> bytes:
+    """Encode ``value`` in callgate's canonical form, or raise ``ConfigError``."""
+    try:
+        out = orjson.dumps(value, option=_OPTS, default=_reject)
+    except orjson.JSONEncodeError as exc:
+        raise ConfigError(f"value has no canonical JSON form: {exc}") from None
+    if b"null" in out:
+        # orjson writes NaN/Infinity as null; refuse rather than digest a lie.
+        _check_floats(value)
+    return out
+
+
+def _reject(value: object) -> object:
+    raise TypeError(f"type {type(value).__name__} is not canonical JSON")
+
+
+def _check_floats(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ConfigError("NaN and Infinity have no canonical JSON form")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_fields(*fields: Any) -> str:
+    """SHA-256 (hex) of the canonical JSON array of ``fields``: length-safe."""
+    return hashlib.sha256(canonical_json(list(fields))).hexdigest()
+
+
+def hmac_fields(secret: bytes, *fields: Any) -> str:
+    """HMAC-SHA256 (hex) of the canonical JSON array of ``fields``."""
+    return hmac.new(secret, canonical_json(list(fields)), hashlib.sha256).hexdigest()

@@ -1,0 +1,272 @@
+"""From provider SSE bytes to one classified ``TurnOutcome``, without I/O.
+
+``StreamDecoder`` chains the bounded SSE decoder, a provider adapter's stream and the
+turn assembler: bytes go in through ``feed`` (engine events come out, for progress
+displays), and ``finish`` returns the outcome once the byte stream has ended.
+``decode(provider, chunks)`` does the same over an iterable of byte chunks.
+
+Classification rules (the provider tables live in each adapter):
+- a pipeline failure (cap exceeded, protocol violation, undecodable event) → ``failed``;
+- a provider error event → ``failed``;
+- no terminal signal from the provider → ``truncated``;
+- an explicit completion whose calls are not all done → ``truncated``;
+- an explicit completion with refusal text → ``refusal``; with complete calls →
+  ``tool_proposals``; a tool-use finish without any call → ``failed``;
+- any other explicit reason keeps the adapter's kind (truncated, refusal, paused, failed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+
+from .accumulator import CallAccumulator
+from .adapter import Adapter, load_adapter
+from .errors import LimitExceeded, StreamProtocolError
+from .events import (
+    ArgumentsDelta,
+    CallDone,
+    CallStarted,
+    Completion,
+    ContinuationItem,
+    EngineEvent,
+    ProviderDetail,
+    ProviderError,
+    RefusalDelta,
+    ResponseMeta,
+    TextDelta,
+    UsageReport,
+)
+from .limits import DEFAULT_LIMITS, Limits
+from .outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
+from .sse import SSEDecoder
+
+__all__ = ["StreamDecoder", "TurnAssembler", "decode"]
+
+_EXPLICIT_OK = (OutcomeKind.FINAL_TEXT, OutcomeKind.TOOL_PROPOSALS)
+
+
+class TurnAssembler:
+    """Folds engine events into the state of one turn and classifies it at the end."""
+
+    __slots__ = (
+        "_calls",
+        "_completion",
+        "_continuation",
+        "_details",
+        "_error",
+        "_failure",
+        "_handlers",
+        "_limits",
+        "_model",
+        "_refusal",
+        "_response_id",
+        "_text",
+        "_text_size",
+        "_usage",
+    )
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        self._limits = limits
+        self._calls = CallAccumulator(limits)
+        self._text: list[str] = []
+        self._refusal: list[str] = []
+        self._text_size = 0
+        self._response_id: str | None = None
+        self._model: str | None = None
+        self._usage = Usage()
+        self._completion: Completion | None = None
+        self._error: ProviderErrorInfo | None = None
+        self._failure: str | None = None
+        self._continuation: list[ContinuationItem] = []
+        self._details: list[ProviderDetail] = []
+        # Dispatch on the event's exact type: cheaper than an isinstance chain per event.
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            ArgumentsDelta: self._on_arguments,
+            TextDelta: self._on_text,
+            CallStarted: self._on_call_started,
+            CallDone: self._on_call_done,
+            RefusalDelta: self._on_refusal,
+            ResponseMeta: self._on_meta,
+            UsageReport: self._on_usage,
+            Completion: self._on_completion,
+            ProviderError: self._on_error,
+            ContinuationItem: self._on_continuation,
+            ProviderDetail: self._on_detail,
+        }
+
+    def apply(self, event: EngineEvent) -> None:
+        self._handlers[type(event)](event)
+
+    def _on_arguments(self, ev: ArgumentsDelta) -> None:
+        self._calls.fragment(ev.index, ev.fragment)
+
+    def _add_text(self, target: list[str], text: str) -> None:
+        self._text_size += len(text)
+        if self._text_size > self._limits.max_text_bytes:
+            raise LimitExceeded("max_text_bytes", self._limits.max_text_bytes)
+        target.append(text)
+
+    def _on_text(self, ev: TextDelta) -> None:
+        self._add_text(self._text, ev.text)
+
+    def _on_refusal(self, ev: RefusalDelta) -> None:
+        self._add_text(self._refusal, ev.text)
+
+    def _on_call_started(self, ev: CallStarted) -> None:
+        self._calls.start(ev.index, ev.name, ev.call_id, ev.item_id)
+
+    def _on_call_done(self, ev: CallDone) -> None:
+        self._calls.done(ev.index, ev.arguments)
+
+    def _on_meta(self, ev: ResponseMeta) -> None:
+        if ev.response_id is not None and self._response_id is None:
+            self._response_id = ev.response_id
+        if ev.model is not None and self._model is None:
+            self._model = ev.model
+
+    def _on_usage(self, ev: UsageReport) -> None:
+        self._usage = self._usage.merge(ev.usage)
+
+    def _on_completion(self, ev: Completion) -> None:
+        # The first terminal signal counts; a repeated one (a duplicated stop event)
+        # cannot upgrade the outcome.
+        if self._completion is None:
+            self._completion = ev
+
+    def _on_error(self, ev: ProviderError) -> None:
+        if self._error is None:
+            self._error = ev.error
+
+    def _on_continuation(self, ev: ContinuationItem) -> None:
+        if len(self._continuation) >= self._limits.max_continuation_items:
+            raise LimitExceeded("max_continuation_items", self._limits.max_continuation_items)
+        self._continuation.append(ev)
+
+    def _on_detail(self, ev: ProviderDetail) -> None:
+        if len(self._details) < self._limits.max_continuation_items:
+            self._details.append(ev)
+
+    def fail(self, reason: str) -> None:
+        """Record a pipeline failure (cap, protocol violation); the turn ends ``failed``."""
+        if self._failure is None:
+            self._failure = reason
+
+    def outcome(self) -> TurnOutcome:
+        completion = self._completion
+        raw_reason = completion.raw_reason if completion is not None else None
+        kind, stop_reason = self._classify(completion)
+        calls = self._calls.complete(self._response_id)
+        return TurnOutcome(
+            kind=kind,
+            raw_reason=raw_reason,
+            stop_reason=stop_reason,
+            response_id=self._response_id,
+            model=self._model,
+            text="".join(self._text),
+            refusal="".join(self._refusal),
+            calls=calls,
+            incomplete_calls=self._calls.incomplete("no done signal before the turn ended"),
+            usage=self._usage,
+            continuation=tuple(self._continuation),
+            error=self._error,
+            provider_details=tuple(self._details),
+        )
+
+    def _classify(self, completion: Completion | None) -> tuple[OutcomeKind, str]:
+        if self._failure is not None:
+            return OutcomeKind.FAILED, self._failure
+        if self._error is not None:
+            return OutcomeKind.FAILED, "the provider reported an error in the stream"
+        if completion is None:
+            return OutcomeKind.TRUNCATED, "the stream ended before the provider's terminal signal"
+        kind = completion.kind
+        if kind not in _EXPLICIT_OK:
+            return kind, f"provider reason {completion.raw_reason!r} maps to {kind.value}"
+        open_calls = self._calls.open_count
+        if open_calls:
+            return (
+                OutcomeKind.TRUNCATED,
+                f"the turn completed but {open_calls} call(s) never got their done signal",
+            )
+        if self._refusal:
+            return OutcomeKind.REFUSAL, "the model refused (refusal content in the turn)"
+        if self._calls.complete(None):
+            return OutcomeKind.TOOL_PROPOSALS, "explicit completion with complete tool calls"
+        if kind is OutcomeKind.TOOL_PROPOSALS:
+            return OutcomeKind.FAILED, "a tool-use finish reason arrived without any call"
+        return OutcomeKind.FINAL_TEXT, "explicit completion with text only"
+
+
+class StreamDecoder:
+    """Bytes in, engine events out; ``finish()`` gives the turn's outcome. Sans-I/O."""
+
+    __slots__ = ("_adapter_stream", "_done", "_sse", "_turn")
+
+    def __init__(self, adapter: Adapter, limits: Limits = DEFAULT_LIMITS) -> None:
+        self._sse = SSEDecoder(limits, collect_unframed=adapter.sse_unframed)
+        self._adapter_stream = adapter.new_stream(limits)
+        self._turn = TurnAssembler(limits)
+        self._done = False
+
+    def feed(self, data: bytes) -> list[EngineEvent]:
+        """Consume bytes; return the engine events they completed. After a failure the
+        rest of the stream is ignored (the outcome is already ``failed``)."""
+        if self._done:
+            return []
+        out: list[EngineEvent] = []
+        try:
+            decode = self._adapter_stream.decode
+            apply = self._turn.apply
+            for sse in self._sse.feed(data):
+                for event in decode(sse):
+                    apply(event)
+                    out.append(event)
+        except Exception as exc:
+            if not self._absorb(exc):
+                raise
+        return out
+
+    def _absorb(self, exc: Exception) -> bool:
+        """Turn a failure caused by the input into a ``failed`` outcome; re-raise others."""
+        if isinstance(exc, LimitExceeded):
+            self._turn.fail(f"limit exceeded: {exc.limit}={exc.value}")
+        elif isinstance(exc, StreamProtocolError):
+            self._turn.fail(f"protocol error: {exc}")
+        elif isinstance(exc, msgspec.DecodeError):
+            self._turn.fail(f"protocol error: undecodable provider event: {exc}")
+        else:
+            return False
+        self._done = True
+        return True
+
+    def finish(self) -> TurnOutcome:
+        """The byte stream ended (cleanly or not): classify the turn."""
+        if not self._done:
+            self._done = True
+            try:
+                for sse in self._sse.close():
+                    for event in self._adapter_stream.decode(sse):
+                        self._turn.apply(event)
+                for event in self._adapter_stream.end():
+                    self._turn.apply(event)
+            except Exception as exc:
+                if not self._absorb(exc):
+                    raise
+        return self._turn.outcome()
+
+
+def decode(
+    provider: str, chunks: Iterable[bytes], limits: Limits | None = None
+) -> TurnOutcome:
+    """Decode one recorded provider stream (an iterable of byte chunks) into its outcome.
+
+    Bad input never raises: it yields a ``failed`` or ``truncated`` outcome. An unknown
+    provider name raises ``ConfigError``.
+    """
+    decoder = StreamDecoder(load_adapter(provider), limits or DEFAULT_LIMITS)
+    for chunk in chunks:
+        decoder.feed(chunk)
+    return decoder.finish()
