@@ -84,9 +84,13 @@ class CallAccumulator:
     def fragment(self, index: int, text: str) -> None:
         call = self._calls.get(index)
         if call is None:
-            raise StreamProtocolError(f"argument fragment for call index {index} that never started")
+            raise StreamProtocolError(
+                f"argument fragment for call index {index} that never started"
+            )
         if call.done:
-            raise StreamProtocolError(f"argument fragment for call index {index} after its done signal")
+            raise StreamProtocolError(
+                f"argument fragment for call index {index} after its done signal"
+            )
         if call.error is not None:
             return  # already over its cap: keep memory bounded, the call is spoiled anyway
         n = len(text)  # code points: a cheap lower bound of the UTF-8 size, exact check on join

@@ -128,6 +128,7 @@ class HttpRequestSpec(msgspec.Struct, frozen=True):
     headers: dict[str, str] = {}
 
 
+@runtime_checkable
 class EncodeSide(Protocol):
     """The encode half of an adapter (implemented by the same ``ADAPTER`` object)."""
 

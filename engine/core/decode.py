@@ -258,9 +258,7 @@ class StreamDecoder:
         return self._turn.outcome()
 
 
-def decode(
-    provider: str, chunks: Iterable[bytes], limits: Limits | None = None
-) -> TurnOutcome:
+def decode(provider: str, chunks: Iterable[bytes], limits: Limits | None = None) -> TurnOutcome:
     """Decode one recorded provider stream (an iterable of byte chunks) into its outcome.
 
     Bad input never raises: it yields a ``failed`` or ``truncated`` outcome. An unknown

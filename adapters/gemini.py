@@ -1,0 +1,536 @@
+"""Gemini ``generateContent`` adapter (``:streamGenerateContent?alt=sse``, Gemini API and
+Vertex AI): chunks in, engine events out; engine values in, ``contents`` shapes out.
+
+Owns the reading of whole-response chunks (``candidates[0].content.parts``), the Vertex
+streamed-call lifecycle (its ``partialArgs`` are assembled by ``_vertex_args``), the
+thought-signature bookkeeping, and the writing of the ``model`` echo, ``functionResponse``
+parts and the request body. Never does HTTP, never parses tool arguments (the assembler
+does), never trusts provider text as a status.
+
+Gemini has no end-of-stream marker and no per-call "done" event: a ``functionCall`` part
+with ``args`` is complete on arrival (``CallStarted`` + one ``ArgumentsDelta`` with the exact
+``args`` bytes + ``CallDone``), and the ``Completion`` is emitted from ``end()`` only when a
+``finishReason`` was seen, because an unframed JSON error body may still follow a STOP chunk.
+Thought text and signatures are kept as ``ContinuationItem``s so the echo can put each
+signature back on the same kind of part: ``thought`` (merged consecutive thought text),
+``thought_signature`` (index = the call's index) and ``text_signature``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, ToolDeclaration
+from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
+from callgate.engine.core.events import (
+    ArgumentsDelta,
+    CallDone,
+    CallStarted,
+    Completion,
+    ContinuationItem,
+    EngineEvent,
+    ProviderDetail,
+    ProviderError,
+    ResponseMeta,
+    TextDelta,
+    UsageReport,
+)
+from callgate.engine.core.limits import Limits
+from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
+from callgate.engine.core.sse import SSEEvent
+
+from ._vertex_args import PartialArg, StreamedArguments
+
+__all__ = ["ADAPTER", "FINISH_REASONS", "GeminiAdapter", "GeminiStream"]
+
+_F = OutcomeKind.FAILED
+_R = OutcomeKind.REFUSAL
+
+# finishReason -> outcome kind (genai-py types.FinishReason). Function-call turns end with
+# STOP too; the assembler turns FINAL_TEXT with complete calls into TOOL_PROPOSALS.
+FINISH_REASONS: dict[str, OutcomeKind] = {
+    "STOP": OutcomeKind.FINAL_TEXT,
+    "MAX_TOKENS": OutcomeKind.TRUNCATED,
+    "SAFETY": _R,
+    "RECITATION": _R,
+    "BLOCKLIST": _R,
+    "PROHIBITED_CONTENT": _R,
+    "SPII": _R,
+    "IMAGE_SAFETY": _R,
+    "IMAGE_PROHIBITED_CONTENT": _R,
+    "IMAGE_RECITATION": _R,
+    "MALFORMED_FUNCTION_CALL": _F,
+    "UNEXPECTED_TOOL_CALL": _F,
+    "TOO_MANY_TOOL_CALLS": _F,
+    "NO_IMAGE": _F,
+    "IMAGE_OTHER": _F,
+    "LANGUAGE": _F,
+    "OTHER": _F,
+    "FINISH_REASON_UNSPECIFIED": _F,
+}
+
+# Error codes/statuses where a retry can succeed: overload, quota, transient server faults.
+_RETRYABLE: Final = frozenset({429, 500, 503, "UNAVAILABLE", "RESOURCE_EXHAUSTED"})
+
+
+# --- wire views: only the fields read here (gc=False: decoded JSON has no cycles) ---------
+
+
+_NO_ARGS: Final = msgspec.Raw()
+_NO_USAGE: Final = (None, None, None, None)
+
+
+class _FunctionCall(msgspec.Struct, rename="camel", gc=False):
+    name: str | None = None
+    # Raw keeps the exact argument bytes; they go to the assembler unparsed.
+    args: msgspec.Raw = _NO_ARGS
+    id: str | None = None
+    will_continue: bool = False
+    partial_args: list[PartialArg] | None = None
+
+
+class _Part(msgspec.Struct, rename="camel", gc=False):
+    text: str | None = None
+    thought: bool = False
+    thought_signature: str | None = None
+    function_call: _FunctionCall | None = None
+    # Part kinds this adapter does not act on: kept as provider details.
+    executable_code: Any = None
+    code_execution_result: Any = None
+    inline_data: Any = None
+    file_data: Any = None
+
+
+class _Content(msgspec.Struct, gc=False):
+    parts: list[_Part] | None = None
+
+
+class _Candidate(msgspec.Struct, rename="camel", gc=False):
+    content: _Content | None = None
+    finish_reason: str | None = None
+
+
+class _UsageMeta(msgspec.Struct, rename="camel", gc=False):
+    prompt_token_count: int | None = None
+    candidates_token_count: int | None = None
+    thoughts_token_count: int | None = None
+    cached_content_token_count: int | None = None
+
+
+class _PromptFeedback(msgspec.Struct, rename="camel", gc=False):
+    block_reason: str | None = None
+
+
+class _Error(msgspec.Struct, gc=False):
+    code: int | None = None
+    message: str | None = None
+    status: str | None = None
+
+
+class _Chunk(msgspec.Struct, rename="camel", gc=False):
+    candidates: list[_Candidate] | None = None
+    usage_metadata: _UsageMeta | None = None
+    model_version: str | None = None
+    response_id: str | None = None
+    prompt_feedback: _PromptFeedback | None = None
+    error: _Error | None = None
+
+
+class _ErrorBody(msgspec.Struct, gc=False):
+    error: _Error | None = None
+
+
+_DECODER: Final = msgspec.json.Decoder(_Chunk)
+# The unframed body is an object, or (the non-SSE array format) a list of them.
+_ERROR_DECODER: Final = msgspec.json.Decoder(_ErrorBody | list[_ErrorBody])
+_JSON_DECODER: Final = msgspec.json.Decoder()
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode())
+
+
+def _provider_error(error: _Error) -> ProviderError:
+    code, status = error.code, error.status
+    return ProviderError(
+        ProviderErrorInfo(
+            code=status if status is not None else (str(code) if code is not None else None),
+            message=error.message,
+            status=code,
+            retryable=code in _RETRYABLE or status in _RETRYABLE,
+        )
+    )
+
+
+class GeminiStream:
+    """Decoding state of one ``streamGenerateContent`` response."""
+
+    __slots__ = (
+        "_blocked",
+        "_calls",
+        "_finish",
+        "_items",
+        "_junk",
+        "_junk_bytes",
+        "_limits",
+        "_meta_sent",
+        "_part_pos",
+        "_thought",
+        "_thought_bytes",
+        "_thought_pos",
+        "_usage",
+        "_vertex",
+    )
+
+    def __init__(self, limits: Limits) -> None:
+        self._limits = limits
+        self._calls = 0
+        self._part_pos = 0
+        self._items = 0
+        self._meta_sent = False
+        self._usage: tuple[int | None, ...] = _NO_USAGE
+        self._finish: str | None = None
+        self._blocked: str | None = None
+        self._vertex: StreamedArguments | None = None
+        self._thought: list[str] = []
+        self._thought_pos = -1
+        self._thought_bytes = 0
+        self._junk: list[bytes] = []
+        self._junk_bytes = 0
+
+    def decode(self, event: SSEEvent) -> list[EngineEvent]:
+        if event.unframed:
+            return self._unframed(event.data)
+        try:
+            chunk = _DECODER.decode(event.data)
+        except msgspec.DecodeError as exc:
+            raise StreamProtocolError(f"gemini: undecodable chunk: {exc}") from None
+        if chunk.error is not None:
+            return [_provider_error(chunk.error)]
+        out: list[EngineEvent] = []
+        if not self._meta_sent and (chunk.response_id or chunk.model_version):
+            self._meta_sent = True
+            out.append(ResponseMeta(chunk.response_id, chunk.model_version))
+        candidates = chunk.candidates
+        if candidates:
+            cand = candidates[0]
+            content = cand.content
+            if content is not None and content.parts:
+                for part in content.parts:
+                    self._part(part, out)
+            if cand.finish_reason is not None:
+                # Remembered, not emitted: an unframed error body may still follow.
+                self._finish = cand.finish_reason
+        elif chunk.prompt_feedback is not None and chunk.prompt_feedback.block_reason:
+            self._blocked = chunk.prompt_feedback.block_reason
+        meta = chunk.usage_metadata
+        if meta is not None:
+            counts = (
+                meta.prompt_token_count,
+                meta.candidates_token_count,
+                meta.thoughts_token_count,
+                meta.cached_content_token_count,
+            )
+            # Every chunk repeats the running usage; report only changes.
+            if counts not in (self._usage, _NO_USAGE):
+                self._usage = counts
+                out.append(
+                    UsageReport(
+                        Usage(
+                            input_tokens=counts[0],
+                            output_tokens=counts[1],
+                            reasoning_tokens=counts[2],
+                            cached_input_tokens=counts[3],
+                        )
+                    )
+                )
+        return out
+
+    def end(self) -> list[EngineEvent]:
+        out: list[EngineEvent] = []
+        self._flush_thought(out)
+        if self._junk and b"".join(self._junk).strip():
+            raise StreamProtocolError("gemini: unframed text that is not a JSON error body")
+        if self._finish is not None:
+            out.append(Completion(FINISH_REASONS.get(self._finish, _F), self._finish))
+        elif self._blocked is not None:
+            out.append(Completion(_R, self._blocked))
+        return out
+
+    # --- parts -----------------------------------------------------------------------
+
+    def _part(self, part: _Part, out: list[EngineEvent]) -> None:
+        pos = self._part_pos
+        self._part_pos = pos + 1
+        fc = part.function_call
+        if fc is not None:
+            self._flush_thought(out)
+            index = self._function_call(fc, out)
+            if part.thought_signature:
+                self._item(
+                    out, "thought_signature", index, {"thoughtSignature": part.thought_signature}
+                )
+            return
+        if part.thought:
+            self._add_thought(pos, part.text, part.thought_signature, out)
+            return
+        if self._thought_pos >= 0:
+            self._flush_thought(out)
+        text = part.text
+        if text:
+            out.append(TextDelta(text))
+        if part.thought_signature:
+            # A signature outside a thought or call belongs on a text part of the echo.
+            self._item(out, "text_signature", pos, {"thoughtSignature": part.thought_signature})
+        elif text is None:
+            other = _other_part(part)
+            if other is not None:
+                out.append(ProviderDetail("gemini_part", other))
+
+    def _add_thought(
+        self, pos: int, text: str | None, sig: str | None, out: list[EngineEvent]
+    ) -> None:
+        if not text and not sig:
+            return
+        if self._thought_pos < 0:
+            self._thought_pos = pos
+        if text:
+            self._thought_bytes += _utf8_len(text)
+            if self._thought_bytes > self._limits.max_call_argument_bytes:
+                raise LimitExceeded(
+                    "max_call_argument_bytes",
+                    self._limits.max_call_argument_bytes,
+                    "gemini thought",
+                )
+            self._thought.append(text)
+        if sig:
+            # The signature closes the merged thought: it belongs on that part.
+            self._flush_thought(out, sig)
+
+    def _flush_thought(self, out: list[EngineEvent], sig: str | None = None) -> None:
+        if self._thought_pos < 0:
+            return
+        item: dict[str, Any] = {"text": "".join(self._thought), "thought": True}
+        if sig:
+            item["thoughtSignature"] = sig
+        pos = self._thought_pos
+        self._thought = []
+        self._thought_pos = -1
+        self._thought_bytes = 0
+        self._item(out, "thought", pos, item)
+
+    def _item(self, out: list[EngineEvent], kind: str, index: int, item: dict[str, Any]) -> None:
+        self._items += 1
+        if self._items > self._limits.max_continuation_items:
+            raise LimitExceeded(
+                "max_continuation_items", self._limits.max_continuation_items, "gemini"
+            )
+        out.append(ContinuationItem(kind, index, item))
+
+    # --- function calls --------------------------------------------------------------
+
+    def _function_call(self, fc: _FunctionCall, out: list[EngineEvent]) -> int:
+        """Translate one functionCall part; returns the index of the call it belongs to."""
+        vertex = self._vertex
+        if fc.name is not None:
+            if vertex is not None:
+                raise StreamProtocolError(
+                    f"gemini: functionCall {fc.name!r} opened while call {vertex.index} streams"
+                )
+            index = self._calls
+            self._calls = index + 1
+            out.append(CallStarted(index, fc.name, call_id=fc.id or None))
+            if fc.will_continue:
+                if fc.args:
+                    raise StreamProtocolError("gemini: streamed functionCall also carries args")
+                self._vertex = vertex = StreamedArguments(index, self._limits)
+                if fc.partial_args:
+                    vertex.add(fc.partial_args)
+                return index
+            if fc.partial_args:
+                raise StreamProtocolError(
+                    "gemini: partialArgs on a functionCall that does not continue"
+                )
+            if fc.args:
+                # The exact argument bytes; a JSON object is required, the assembler checks.
+                out.append(ArgumentsDelta(index, str(fc.args, "utf-8")))
+            out.append(CallDone(index))
+            return index
+        if vertex is None:
+            raise StreamProtocolError(
+                "gemini: functionCall without a name and no streamed call open"
+            )
+        if fc.args:
+            raise StreamProtocolError("gemini: args on a streamed functionCall continuation")
+        if fc.partial_args:
+            vertex.add(fc.partial_args)
+        if not fc.will_continue:
+            # The terminating piece (an empty functionCall): build the object and close.
+            self._vertex = None
+            arguments = vertex.build()
+            if arguments is not None:
+                out.append(ArgumentsDelta(vertex.index, arguments))
+            out.append(CallDone(vertex.index))
+        return vertex.index
+
+    # --- unframed text -----------------------------------------------------------------
+
+    def _unframed(self, data: bytes) -> list[EngineEvent]:
+        self._junk.append(data)
+        self._junk_bytes += len(data) + 1
+        if self._junk_bytes > self._limits.max_event_bytes:
+            raise LimitExceeded("max_event_bytes", self._limits.max_event_bytes, "gemini unframed")
+        text = b"\n".join(self._junk)
+        if not text.strip():
+            self._junk.clear()
+            self._junk_bytes = 0
+            return []
+        try:
+            body = _ERROR_DECODER.decode(text)
+        except msgspec.DecodeError as exc:
+            # A pretty-printed body may arrive one line per event: wait for the rest
+            # (end() rejects a body that never completes). Anything else is garbage.
+            if "truncated" in str(exc):
+                return []
+            raise StreamProtocolError(
+                f"gemini: unframed text is not a JSON error body: {exc}"
+            ) from None
+        self._junk.clear()
+        self._junk_bytes = 0
+        bodies = body if isinstance(body, list) else [body]
+        errors = [b.error for b in bodies if b.error is not None]
+        if not errors or len(errors) != len(bodies):
+            raise StreamProtocolError("gemini: unframed JSON that is not an error body")
+        return [_provider_error(e) for e in errors]
+
+
+def _other_part(part: _Part) -> dict[str, Any] | None:
+    for key, value in (
+        ("executableCode", part.executable_code),
+        ("codeExecutionResult", part.code_execution_result),
+        ("inlineData", part.inline_data),
+        ("fileData", part.file_data),
+    ):
+        if value is not None:
+            return {key: value}
+    return None
+
+
+# --- encode side ---------------------------------------------------------------------------
+
+
+def _json_or_text(content: str) -> Any:
+    """A result's content as a JSON value when it is JSON text, else the text itself."""
+    try:
+        return _JSON_DECODER.decode(content)
+    except msgspec.DecodeError:
+        return content
+
+
+class GeminiAdapter:
+    """The Gemini ``generateContent`` adapter (decode and encode side)."""
+
+    name = "gemini"
+    family = "gemini_generate_content"
+    revision = "gemini/1"
+    # Gemini was seen appending a raw JSON error body after the last SSE frame.
+    sse_unframed = True
+    finish_reasons: Mapping[str, OutcomeKind] = FINISH_REASONS
+
+    def new_stream(self, limits: Limits) -> GeminiStream:
+        return GeminiStream(limits)
+
+    def initial_messages(self, user_text: str) -> list[JSON]:
+        return [{"role": "user", "parts": [{"text": user_text}]}]
+
+    def assistant_echo(self, outcome: TurnOutcome) -> list[JSON]:
+        """The ``model`` content: thought parts, then the text part (with its signature),
+        then one ``functionCall`` part per call carrying its own ``thoughtSignature``."""
+        parts: list[JSON] = []
+        thoughts: list[tuple[int, dict[str, Any]]] = []
+        call_sigs: dict[int, Any] = {}
+        text_sig: Any = None
+        for item in outcome.continuation:
+            if item.kind == "thought":
+                thoughts.append((item.index, item.item))
+            elif item.kind == "thought_signature":
+                call_sigs[item.index] = item.item.get("thoughtSignature")
+            elif item.kind == "text_signature":
+                text_sig = item.item.get("thoughtSignature")
+        thoughts.sort(key=lambda pair: pair[0])
+        parts.extend(dict(thought) for _, thought in thoughts)
+        if outcome.text or text_sig:
+            text_part: JSON = {"text": outcome.text}
+            if text_sig:
+                text_part["thoughtSignature"] = text_sig
+            parts.append(text_part)
+        for call in sorted(outcome.calls, key=lambda c: c.index):
+            fc: JSON = {
+                "name": call.name,
+                "args": call.arguments if call.arguments is not None else {},
+            }
+            if not call.call_id_derived:
+                fc["id"] = call.call_id
+            part: JSON = {"functionCall": fc}
+            sig = call_sigs.get(call.index)
+            if sig:
+                part["thoughtSignature"] = sig
+            parts.append(part)
+        if not parts:
+            return []
+        return [{"role": "model", "parts": parts}]
+
+    def encode_results(self, outcome: TurnOutcome, results: list[ModelResult]) -> list[JSON]:
+        """One ``user`` content with a ``functionResponse`` part per result, in order. The
+        ``id`` is sent only when the provider gave the call one (Gemini 3); ``response``
+        must be an object, so the value goes under ``output`` (or ``error``)."""
+        if not results:
+            return []
+        provider_ids = {c.call_id for c in outcome.calls if not c.call_id_derived}
+        parts: list[JSON] = []
+        for result in results:
+            value = _json_or_text(result.content)
+            response = {"error": value} if result.is_error else {"output": value}
+            fr: JSON = {"name": result.name}
+            if result.call_id in provider_ids:
+                fr["id"] = result.call_id
+            fr["response"] = response
+            parts.append({"functionResponse": fr})
+        return [{"role": "user", "parts": parts}]
+
+    def build_request(
+        self,
+        *,
+        model: str,
+        messages: list[JSON],
+        tools: list[ToolDeclaration],
+        system: str | None = None,
+        max_tokens: int | None = None,
+        previous: TurnOutcome | None = None,
+    ) -> HttpRequestSpec:
+        body: JSON = {"contents": messages}
+        if tools:
+            body["tools"] = [
+                {
+                    "functionDeclarations": [
+                        {"name": t.name, "description": t.description, "parameters": t.parameters}
+                        for t in tools
+                    ]
+                }
+            ]
+        if system is not None:
+            body["systemInstruction"] = {"parts": [{"text": system}]}
+        if max_tokens is not None:
+            body["generationConfig"] = {"maxOutputTokens": max_tokens}
+        return HttpRequestSpec(
+            path=f"/v1beta/models/{model}:streamGenerateContent?alt=sse", body=body
+        )
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"x-goog-api-key": api_key}
+
+
+ADAPTER: Final = GeminiAdapter()

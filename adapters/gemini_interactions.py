@@ -1,0 +1,538 @@
+"""Gemini Interactions adapter (``POST /v1beta/interactions`` with ``"stream": true``): SSE
+events in, engine events out; engine values in, Interactions request shapes out.
+
+Owns the reading of both event formats — the current "steps" format (``interaction.created``,
+``step.start/delta/stop``, ``interaction.completed``) and the legacy one
+(``interaction.start``, ``content.start/delta/stop``, ``interaction.complete``) — and the
+writing of ``function_result`` input items and the request body. Never does HTTP, never
+parses tool arguments (the assembler does), never trusts provider text as a status.
+
+Decoding: a ``function_call`` step opens a call at its step ``index`` (the ``arguments: {}``
+placeholder is ignored), ``arguments_delta`` text is forwarded as fragments and
+``step.stop`` is the done signal. A legacy ``function_call`` arrives whole in one
+``content.delta``. Thought steps (signature, summary) and function-call signatures are
+kept as ``ContinuationItem``s; the terminal status maps through ``FINISH_REASONS``.
+
+Continuation is **stateful** (``previous_interaction_id``; the server keeps the model's
+turn, thought signatures included). So that the run loop's plain rule "messages = initial
++ echo + results + echo + …" still works, ``assistant_echo`` returns one *marker* item
+``{"type": "callgate.interaction", "interaction_id": <id>}`` instead of the model's output.
+``build_request`` never sends markers: it sends only the items after the last marker as
+``input`` and uses the marker's id (or ``previous.response_id`` when given) as
+``previous_interaction_id``. Markers are plain JSON, so a persisted message list resumes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, ToolDeclaration
+from callgate.engine.core.errors import ConfigError, LimitExceeded, StreamProtocolError
+from callgate.engine.core.events import (
+    ArgumentsDelta,
+    CallDone,
+    CallStarted,
+    Completion,
+    ContinuationItem,
+    EngineEvent,
+    ProviderDetail,
+    ProviderError,
+    ResponseMeta,
+    TextDelta,
+    UsageReport,
+)
+from callgate.engine.core.limits import Limits
+from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
+from callgate.engine.core.sse import SSEEvent
+
+__all__ = [
+    "ADAPTER",
+    "FINISH_REASONS",
+    "TURN_MARKER",
+    "GeminiInteractionsAdapter",
+    "GeminiInteractionsStream",
+]
+
+# Interaction status -> outcome kind (genai-py interaction status; vercel's mapping).
+FINISH_REASONS: dict[str, OutcomeKind] = {
+    "requires_action": OutcomeKind.TOOL_PROPOSALS,
+    "completed": OutcomeKind.FINAL_TEXT,
+    "incomplete": OutcomeKind.TRUNCATED,
+    "failed": OutcomeKind.FAILED,
+    "cancelled": OutcomeKind.FAILED,
+}
+
+# The ``type`` of the echo marker item; never sent to the provider.
+TURN_MARKER: Final = "callgate.interaction"
+
+_RETRYABLE: Final = frozenset(
+    {429, 500, 503, "429", "500", "503", "UNAVAILABLE", "RESOURCE_EXHAUSTED"}
+)
+
+
+# --- wire views: only the fields read here (gc=False: decoded JSON has no cycles) ---------
+
+
+class _Delta(msgspec.Struct, gc=False):
+    type: str = ""
+    text: str | None = None
+    # A partial JSON string (arguments_delta) or an object (legacy function_call).
+    arguments: Any = None
+    signature: str | None = None
+    # thought_summary: {"type": "text", "text": ...}
+    content: Any = None
+    id: str | None = None
+    name: str | None = None
+
+
+class _Usage(msgspec.Struct, gc=False):
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    total_thought_tokens: int | None = None
+    total_cached_tokens: int | None = None
+
+
+class _Interaction(msgspec.Struct, gc=False):
+    id: str | None = None
+    status: str | None = None
+    model: str | None = None
+    usage: _Usage | None = None
+
+
+class _Error(msgspec.Struct, gc=False):
+    code: int | str | None = None
+    message: str | None = None
+    status: str | None = None
+
+
+class _Event(msgspec.Struct, gc=False):
+    event_type: str = ""
+    index: int = -1
+    # step.start carries `step`, legacy content.start carries `content`; both are small
+    # and kept whole for steps this adapter does not act on.
+    step: dict[str, Any] | None = None
+    content: dict[str, Any] | None = None
+    delta: _Delta | None = None
+    interaction: _Interaction | None = None
+    status: str | None = None
+    error: _Error | None = None
+
+
+_DECODER: Final = msgspec.json.Decoder(_Event)
+
+_CALL: Final = 0
+_THOUGHT: Final = 1
+_OUTPUT: Final = 2
+_OTHER: Final = 3
+
+_KINDS: Final = {
+    "function_call": _CALL,
+    "thought": _THOUGHT,
+    "model_output": _OUTPUT,
+    "text": _OUTPUT,
+}
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode())
+
+
+class _Step:
+    __slots__ = ("call_open", "data", "kind", "nbytes", "open", "signature", "summary")
+
+    def __init__(self, kind: int, data: dict[str, Any]) -> None:
+        self.kind = kind
+        self.data = data
+        self.open = True
+        # Steps format: the call opens at step.start. Legacy: at its one content.delta.
+        self.call_open = False
+        self.signature: str | None = None
+        self.summary: list[str] = []
+        self.nbytes = 0
+
+
+class GeminiInteractionsStream:
+    """Decoding state of one streamed interaction."""
+
+    __slots__ = ("_done", "_items", "_limits", "_meta_sent", "_status", "_steps")
+
+    def __init__(self, limits: Limits) -> None:
+        self._limits = limits
+        self._steps: dict[int, _Step] = {}
+        self._items = 0
+        self._status: str | None = None
+        self._meta_sent = False
+        self._done = False
+
+    def decode(self, event: SSEEvent) -> list[EngineEvent]:
+        try:
+            ev = _DECODER.decode(event.data)
+        except msgspec.DecodeError as exc:
+            raise StreamProtocolError(
+                f"interactions: undecodable {event.event!r} event: {exc}"
+            ) from None
+        etype = ev.event_type or event.event
+        op = _OPS.get(etype)
+        if op == _OP_DELTA:
+            return self._delta(ev)
+        if op == _OP_ERROR:
+            return [_provider_error(ev.error)]
+        if op is None:
+            return []  # keep-alives and event types newer than this adapter
+        if self._done:
+            raise StreamProtocolError(f"interactions: {etype!r} after the interaction completed")
+        if op == _OP_START:
+            return self._start(ev)
+        if op == _OP_STOP:
+            return self._stop(ev.index)
+        if op == _OP_CREATED:
+            return self._created(ev.interaction)
+        if op == _OP_COMPLETED:
+            return self._completed(ev.interaction)
+        # interaction.status_update and its per-status variants
+        if ev.status is not None:
+            self._status = ev.status
+        elif etype == "interaction.requires_action":
+            self._status = "requires_action"
+        return []
+
+    def end(self) -> list[EngineEvent]:
+        # The Completion was emitted with interaction.completed; without it the turn
+        # stays without one (truncated).
+        return []
+
+    # --- interaction level -------------------------------------------------------------
+
+    def _created(self, interaction: _Interaction | None) -> list[EngineEvent]:
+        if self._meta_sent:
+            raise StreamProtocolError("interactions: interaction created twice")
+        self._meta_sent = True
+        if interaction is None:
+            raise StreamProtocolError("interactions: interaction.created without an interaction")
+        if interaction.status is not None:
+            self._status = interaction.status
+        # An unstored interaction (store:false) has id "": nothing to continue from.
+        return [ResponseMeta(interaction.id or None, interaction.model)]
+
+    def _completed(self, interaction: _Interaction | None) -> list[EngineEvent]:
+        self._done = True
+        out: list[EngineEvent] = []
+        if interaction is not None:
+            if not self._meta_sent and (interaction.id or interaction.model):
+                self._meta_sent = True
+                out.append(ResponseMeta(interaction.id or None, interaction.model))
+            if interaction.status is not None:
+                self._status = interaction.status
+            usage = interaction.usage
+            if usage is not None:
+                out.append(
+                    UsageReport(
+                        Usage(
+                            input_tokens=usage.total_input_tokens,
+                            output_tokens=usage.total_output_tokens,
+                            reasoning_tokens=usage.total_thought_tokens,
+                            cached_input_tokens=usage.total_cached_tokens,
+                        )
+                    )
+                )
+        status = self._status
+        if status is None:
+            raise StreamProtocolError("interactions: interaction completed without a status")
+        out.append(Completion(FINISH_REASONS.get(status, OutcomeKind.FAILED), status))
+        return out
+
+    # --- steps ---------------------------------------------------------------------------
+
+    def _start(self, ev: _Event) -> list[EngineEvent]:
+        index = ev.index
+        data = ev.step if ev.step is not None else ev.content
+        if index < 0 or data is None:
+            raise StreamProtocolError("interactions: step start without index or step")
+        if index in self._steps:
+            raise StreamProtocolError(f"interactions: step {index} started twice")
+        stype = data.get("type")
+        kind = _KINDS.get(stype, _OTHER) if isinstance(stype, str) else _OTHER
+        if kind != _CALL:
+            # Every non-call step is kept (as an item or a detail) or at least tracked.
+            self._count_item()
+        elif (
+            len(self._steps)
+            >= self._limits.max_continuation_items + self._limits.max_calls_per_response
+        ):
+            # Call steps are bounded by the assembler once they open, but a legacy call
+            # step opens only at its delta: bound the tracked steps here as well.
+            raise LimitExceeded(
+                "max_calls_per_response", self._limits.max_calls_per_response, "interactions steps"
+            )
+        step = self._steps[index] = _Step(kind, data)
+        signature = data.get("signature")
+        if isinstance(signature, str) and signature:
+            step.signature = signature
+        if kind == _CALL:
+            name = data.get("name")
+            if name is None:
+                return []  # legacy: the whole call follows in one content.delta
+            if not isinstance(name, str):
+                raise StreamProtocolError(f"interactions: function_call step {index} has no name")
+            step.call_open = True
+            call_id = data.get("id")
+            return [
+                CallStarted(
+                    index, name, call_id=call_id if isinstance(call_id, str) and call_id else None
+                )
+            ]
+        if kind == _THOUGHT:
+            summary = data.get("summary")
+            if isinstance(summary, list):
+                for entry in summary:
+                    if isinstance(entry, dict) and isinstance(entry.get("text"), str):
+                        self._buffer(step, entry["text"])
+            return []
+        if kind == _OUTPUT:
+            text = data.get("text")
+            if isinstance(text, str) and text:
+                return [TextDelta(text)]
+        return []
+
+    def _delta(self, ev: _Event) -> list[EngineEvent]:
+        if self._done:
+            raise StreamProtocolError("interactions: delta after the interaction completed")
+        index = ev.index
+        step = self._steps.get(index)
+        if step is None or not step.open:
+            state = "stopped" if step is not None else "unknown"
+            raise StreamProtocolError(f"interactions: delta for {state} step {index}")
+        delta = ev.delta
+        if delta is None:
+            raise StreamProtocolError(f"interactions: step {index} delta without content")
+        dtype = delta.type
+        kind = step.kind
+        if dtype == "text":
+            if kind in (_CALL, _THOUGHT):
+                raise StreamProtocolError(f"interactions: text delta in non-output step {index}")
+            return [TextDelta(delta.text)] if delta.text else []
+        if kind == _CALL:
+            if dtype == "arguments_delta":
+                if not step.call_open:
+                    raise StreamProtocolError(f"interactions: arguments for unopened call {index}")
+                if delta.signature:
+                    step.signature = delta.signature
+                fragment = delta.arguments
+                if fragment is None or fragment == "":
+                    return []
+                if not isinstance(fragment, str):
+                    raise StreamProtocolError(f"interactions: arguments_delta {index} is not text")
+                return [ArgumentsDelta(index, fragment)]
+            if dtype == "function_call":
+                return self._legacy_call(index, step, delta)
+            return []
+        if kind == _THOUGHT:
+            if dtype == "thought_signature" and delta.signature is not None:
+                step.signature = delta.signature
+            elif dtype == "thought_summary" and isinstance(delta.content, dict):
+                text = delta.content.get("text")
+                if isinstance(text, str):
+                    self._buffer(step, text)
+        # Image, annotation and built-in tool deltas carry nothing the turn acts on.
+        return []
+
+    def _legacy_call(self, index: int, step: _Step, delta: _Delta) -> list[EngineEvent]:
+        if step.call_open or step.data.get("name") is not None:
+            raise StreamProtocolError(f"interactions: call {index} delivered twice")
+        if not delta.name:
+            raise StreamProtocolError(f"interactions: function_call {index} has no name")
+        call_id = delta.id or step.data.get("id")
+        step.call_open = True
+        step.data = {**step.data, "name": delta.name}
+        if delta.signature:
+            step.signature = delta.signature
+        out: list[EngineEvent] = [
+            CallStarted(
+                index, delta.name, call_id=call_id if isinstance(call_id, str) and call_id else None
+            )
+        ]
+        args = delta.arguments
+        if isinstance(args, str):
+            if args:
+                out.append(ArgumentsDelta(index, args))
+        elif args is not None:
+            # Legacy calls carry the arguments as an object; the assembler parses text.
+            out.append(ArgumentsDelta(index, msgspec.json.encode(args).decode()))
+        return out
+
+    def _stop(self, index: int) -> list[EngineEvent]:
+        step = self._steps.get(index)
+        if step is None or not step.open:
+            state = "stopped" if step is not None else "unknown"
+            raise StreamProtocolError(f"interactions: stop for {state} step {index}")
+        step.open = False
+        kind = step.kind
+        if kind == _CALL:
+            if not step.call_open:
+                raise StreamProtocolError(
+                    f"interactions: function_call step {index} carried no call"
+                )
+            out: list[EngineEvent] = [CallDone(index)]
+            if step.signature:
+                self._count_item()
+                out.append(
+                    ContinuationItem(
+                        "function_call_signature", index, {"signature": step.signature}
+                    )
+                )
+            return out
+        if kind == _THOUGHT:
+            item: dict[str, Any] = {"type": "thought"}
+            if step.signature:
+                item["signature"] = step.signature
+            if step.summary:
+                item["summary"] = [{"type": "text", "text": "".join(step.summary)}]
+            step.summary = []
+            return [ContinuationItem("thought", index, item)]
+        if kind == _OTHER:
+            return [ProviderDetail("interactions_step", step.data)]
+        return []
+
+    def _count_item(self) -> None:
+        self._items += 1
+        if self._items > self._limits.max_continuation_items:
+            raise LimitExceeded(
+                "max_continuation_items", self._limits.max_continuation_items, "interactions steps"
+            )
+
+    def _buffer(self, step: _Step, text: str) -> None:
+        step.nbytes += _utf8_len(text)
+        if step.nbytes > self._limits.max_call_argument_bytes:
+            raise LimitExceeded(
+                "max_call_argument_bytes",
+                self._limits.max_call_argument_bytes,
+                "interactions thought summary",
+            )
+        step.summary.append(text)
+
+
+_OP_DELTA, _OP_START, _OP_STOP, _OP_CREATED, _OP_COMPLETED, _OP_STATUS, _OP_ERROR = range(7)
+# Both formats' event names (steps format, then legacy) -> what to do.
+_OPS: Final = {
+    "step.delta": _OP_DELTA,
+    "content.delta": _OP_DELTA,
+    "step.start": _OP_START,
+    "content.start": _OP_START,
+    "step.stop": _OP_STOP,
+    "content.stop": _OP_STOP,
+    "interaction.created": _OP_CREATED,
+    "interaction.start": _OP_CREATED,
+    "interaction.completed": _OP_COMPLETED,
+    "interaction.complete": _OP_COMPLETED,
+    "interaction.status_update": _OP_STATUS,
+    "interaction.in_progress": _OP_STATUS,
+    "interaction.requires_action": _OP_STATUS,
+    "error": _OP_ERROR,
+}
+
+
+def _provider_error(error: _Error | None) -> ProviderError:
+    if error is None:
+        return ProviderError(ProviderErrorInfo(code="error"))
+    code = error.code
+    return ProviderError(
+        ProviderErrorInfo(
+            code=error.status or (str(code) if code is not None else None),
+            message=error.message,
+            status=code if isinstance(code, int) else None,
+            retryable=code in _RETRYABLE or error.status in _RETRYABLE,
+        )
+    )
+
+
+# --- encode side ---------------------------------------------------------------------------
+
+
+class GeminiInteractionsAdapter:
+    """The Gemini Interactions adapter (decode and encode side; stateful continuation)."""
+
+    name = "gemini_interactions"
+    family = "gemini_interactions"
+    revision = "gemini_interactions/1"
+    sse_unframed = False
+    finish_reasons: Mapping[str, OutcomeKind] = FINISH_REASONS
+
+    def new_stream(self, limits: Limits) -> GeminiInteractionsStream:
+        return GeminiInteractionsStream(limits)
+
+    def initial_messages(self, user_text: str) -> list[JSON]:
+        return [{"type": "text", "text": user_text}]
+
+    def assistant_echo(self, outcome: TurnOutcome) -> list[JSON]:
+        """A marker, not the model's output: the server already holds the turn. The
+        marker carries the interaction id so ``build_request`` can continue from it."""
+        return [{"type": TURN_MARKER, "interaction_id": outcome.response_id}]
+
+    def encode_results(self, outcome: TurnOutcome, results: list[ModelResult]) -> list[JSON]:
+        """One top-level ``function_result`` input item per result, in the given order."""
+        items: list[JSON] = []
+        for result in results:
+            item: JSON = {
+                "type": "function_result",
+                "call_id": result.call_id,
+                "name": result.name,
+                "result": result.content,
+            }
+            if result.is_error:
+                item["is_error"] = True
+            items.append(item)
+        return items
+
+    def build_request(
+        self,
+        *,
+        model: str,
+        messages: list[JSON],
+        tools: list[ToolDeclaration],
+        system: str | None = None,
+        max_tokens: int | None = None,
+        previous: TurnOutcome | None = None,
+    ) -> HttpRequestSpec:
+        """``input`` is the items after the last echo marker; ``previous_interaction_id``
+        is ``previous.response_id`` when given, else the last marker's id."""
+        marker_at = -1
+        marker_id: object = None
+        for i in range(len(messages) - 1, -1, -1):
+            if messages[i].get("type") == TURN_MARKER:
+                marker_at, marker_id = i, messages[i].get("interaction_id")
+                break
+        previous_id = previous.response_id if previous is not None else None
+        if not previous_id and isinstance(marker_id, str):
+            previous_id = marker_id
+        if marker_at >= 0 and not previous_id:
+            raise ConfigError(
+                "interactions: continuing a turn needs the previous interaction id "
+                "(the provider returned none: was the interaction stored?)"
+            )
+        body: JSON = {"model": model, "input": messages[marker_at + 1 :], "stream": True}
+        if tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                }
+                for t in tools
+            ]
+        if previous_id:
+            body["previous_interaction_id"] = previous_id
+        if system is not None:
+            body["system_instruction"] = system
+        if max_tokens is not None:
+            body["generation_config"] = {"max_output_tokens": max_tokens}
+        return HttpRequestSpec(path="/v1beta/interactions", body=body)
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"x-goog-api-key": api_key}
+
+
+ADAPTER: Final = GeminiInteractionsAdapter()

@@ -1,0 +1,355 @@
+"""OpenAI Chat Completions adapter (``POST /v1/chat/completions``, ``stream:true``).
+
+Owns the translation between Chat Completions wire shapes and engine values: streamed
+``chat.completion.chunk`` objects into engine events (decode side) and conversation
+messages, tool results and the streaming request body (encode side). It never does
+HTTP, never parses argument JSON (the assembler does, on the done signal) and never
+decides what a turn means beyond its finish-reason table.
+
+Chat has no per-call "arguments done" event: the chunk with a non-null
+``finish_reason`` closes every started call, and the ``data: [DONE]`` sentinel is the
+terminal signal: a stream that ends after the finish chunk but without ``[DONE]`` was cut
+and is truncated, like any other cut. Only choice 0 is read (``n>1`` is not
+supported).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from operator import attrgetter
+
+import msgspec
+
+from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, ToolDeclaration
+from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
+from callgate.engine.core.events import (
+    ArgumentsDelta,
+    CallDone,
+    CallStarted,
+    Completion,
+    EngineEvent,
+    ProviderDetail,
+    ProviderError,
+    RefusalDelta,
+    ResponseMeta,
+    TextDelta,
+    UsageReport,
+)
+from callgate.engine.core.limits import Limits
+from callgate.engine.core.outcome import OutcomeKind, TurnOutcome, Usage
+from callgate.engine.core.sse import SSEEvent
+
+from ._openai_common import ErrorView, error_info
+
+__all__ = ["ADAPTER", "FINISH_REASONS", "OpenAIChatAdapter", "OpenAIChatStream"]
+
+# finish_reason -> outcome kind. A refusal ends with "stop" (the refusal text makes the
+# assembler call it a refusal); anything not listed is a failure, never a success.
+FINISH_REASONS: dict[str, OutcomeKind] = {
+    "stop": OutcomeKind.FINAL_TEXT,
+    "tool_calls": OutcomeKind.TOOL_PROPOSALS,
+    "function_call": OutcomeKind.TOOL_PROPOSALS,
+    "length": OutcomeKind.TRUNCATED,
+    "content_filter": OutcomeKind.REFUSAL,
+}
+
+_DONE = b"[DONE]"
+
+
+# --- decode views: only the fields this adapter reads --------------------------------------
+
+
+class _FunctionView(msgspec.Struct, frozen=True, gc=False):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCallView(msgspec.Struct, frozen=True, gc=False):
+    # Some compatible endpoints omit the index; such fragments are keyed by id instead.
+    index: int | None = None
+    id: str | None = None
+    function: _FunctionView | None = None
+
+
+class _DeltaView(msgspec.Struct, frozen=True, gc=False):
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_ToolCallView] | None = None
+
+
+class _ChoiceView(msgspec.Struct, frozen=True, gc=False):
+    index: int = 0
+    delta: _DeltaView | None = None
+    finish_reason: str | None = None
+
+
+class _PromptDetailsView(msgspec.Struct, frozen=True, gc=False):
+    cached_tokens: int | None = None
+
+
+class _CompletionDetailsView(msgspec.Struct, frozen=True, gc=False):
+    reasoning_tokens: int | None = None
+
+
+class _UsageView(msgspec.Struct, frozen=True, gc=False):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetailsView | None = None
+    completion_tokens_details: _CompletionDetailsView | None = None
+
+
+class _BodyView(msgspec.Struct, frozen=True, gc=False):
+    choices: list[_ChoiceView] | None = None
+    usage: _UsageView | None = None
+    error: ErrorView | str | None = None
+
+
+class _ChunkView(_BodyView, frozen=True, gc=False):
+    id: str | None = None
+    model: str | None = None
+
+
+# Chunks up to the first one naming the response are read with the id/model; after
+# that the lighter view skips those two strings on every chunk.
+_CHUNK = msgspec.json.Decoder(_ChunkView)
+_BODY = msgspec.json.Decoder(_BodyView)
+
+
+def _usage(view: _UsageView) -> Usage:
+    prompt = view.prompt_tokens_details
+    completion = view.completion_tokens_details
+    return Usage(
+        input_tokens=view.prompt_tokens,
+        output_tokens=view.completion_tokens,
+        reasoning_tokens=None if completion is None else completion.reasoning_tokens,
+        cached_input_tokens=None if prompt is None else prompt.cached_tokens,
+    )
+
+
+class OpenAIChatStream:
+    """Decoding state of one Chat Completions response."""
+
+    __slots__ = (
+        "_by_id",
+        "_calls",
+        "_done",
+        "_extra_choice_noted",
+        "_finish",
+        "_max_calls",
+        "_meta_sent",
+        "_open",
+    )
+
+    def __init__(self, limits: Limits) -> None:
+        self._max_calls = limits.max_calls_per_response
+        # tool_calls[].index -> (call id, name) of every call that started.
+        self._calls: dict[int, tuple[str | None, str]] = {}
+        # Calls started and not yet closed by a finish chunk (insertion-ordered).
+        self._open: dict[int, None] = {}
+        # Only for fragments without an index: call id -> index.
+        self._by_id: dict[str, int] = {}
+        self._finish: str | None = None
+        self._done = False
+        self._meta_sent = False
+        self._extra_choice_noted = False
+
+    def decode(self, event: SSEEvent) -> list[EngineEvent]:
+        data = event.data
+        if self._done:
+            raise StreamProtocolError("openai_chat: data after the [DONE] sentinel")
+        if data == _DONE:
+            return self._terminal()
+        if not data:
+            return []
+        out: list[EngineEvent] = []
+        try:
+            if self._meta_sent:
+                chunk: _BodyView = _BODY.decode(data)
+            else:
+                head = _CHUNK.decode(data)
+                if head.id is not None or head.model is not None:
+                    self._meta_sent = True
+                    out.append(ResponseMeta(head.id, head.model))
+                chunk = head
+        except msgspec.DecodeError as exc:
+            if data.strip() == _DONE:
+                return self._terminal()
+            raise StreamProtocolError(f"openai_chat: undecodable chunk: {exc}") from None
+        if chunk.error is not None:
+            out.append(ProviderError(error_info(chunk.error)))
+        choices = chunk.choices
+        if choices:
+            for choice in choices:
+                if choice.index != 0:
+                    self._note_extra_choice(choice.index, out)
+                    continue
+                delta = choice.delta
+                if delta is not None:
+                    if delta.content:
+                        out.append(TextDelta(delta.content))
+                    if delta.refusal:
+                        out.append(RefusalDelta(delta.refusal))
+                    if delta.tool_calls:
+                        self._tool_calls(delta.tool_calls, out)
+                if choice.finish_reason:
+                    self._finish = choice.finish_reason
+                    # Chat's only "arguments done" signal: every open call is complete.
+                    out.extend(CallDone(index) for index in self._open)
+                    self._open.clear()
+        usage = chunk.usage
+        if usage is not None:
+            out.append(UsageReport(_usage(usage)))
+        return out
+
+    def end(self) -> list[EngineEvent]:
+        # Only "data: [DONE]" ends a Chat stream. A finish_reason without it is a stream
+        # cut after the finish chunk (the usage chunk and the terminator were lost), and
+        # a cut stream is never a completed turn. Recorded bodies that end without the
+        # blank line after [DONE] are therefore truncated, like any other cut.
+        return []
+
+    def _terminal(self) -> list[EngineEvent]:
+        self._done = True
+        reason = self._finish
+        if reason is None:
+            return []
+        return [Completion(FINISH_REASONS.get(reason, OutcomeKind.FAILED), reason)]
+
+    def _note_extra_choice(self, index: int, out: list[EngineEvent]) -> None:
+        if not self._extra_choice_noted:
+            self._extra_choice_noted = True
+            out.append(
+                ProviderDetail(
+                    "ignored_choices",
+                    {
+                        "choice_index": index,
+                        "reason": "n>1 is not supported; only choice 0 is read",
+                    },
+                )
+            )
+
+    def _tool_calls(self, fragments: list[_ToolCallView], out: list[EngineEvent]) -> None:
+        for fragment in fragments:
+            call_id = fragment.id or None
+            function = fragment.function
+            name: str | None = None
+            arguments: str | None = None
+            if function is not None:
+                name = function.name or None
+                arguments = function.arguments
+            index = fragment.index
+            if index is None:
+                index = self._index_by_id(call_id)
+            known = self._calls.get(index)
+            if known is None:
+                if name is None:
+                    raise StreamProtocolError(
+                        f"openai_chat: first fragment of tool call index {index} has no name"
+                    )
+                if len(self._calls) >= self._max_calls:
+                    raise LimitExceeded("max_calls_per_response", self._max_calls)
+                self._calls[index] = (call_id, name)
+                self._open[index] = None
+                out.append(CallStarted(index, name, call_id))
+            else:
+                known_id, known_name = known
+                if call_id is not None and call_id != known_id:
+                    raise StreamProtocolError(
+                        f"openai_chat: tool call index {index} changed its id"
+                    )
+                if name is not None and name != known_name:
+                    raise StreamProtocolError(
+                        f"openai_chat: tool call index {index} changed its name"
+                    )
+            if arguments:
+                out.append(ArgumentsDelta(index, arguments))
+
+    def _index_by_id(self, call_id: str | None) -> int:
+        if call_id is None:
+            raise StreamProtocolError("openai_chat: tool call fragment with neither index nor id")
+        index = self._by_id.get(call_id)
+        if index is None:
+            index = max(self._calls, default=-1) + 1
+            self._by_id[call_id] = index
+        return index
+
+
+class OpenAIChatAdapter:
+    """Chat Completions adapter: decode side (``new_stream``) and encode side."""
+
+    name = "openai_chat"
+    family = "openai_chat"
+    revision = "openai_chat/1"
+    sse_unframed = False
+    finish_reasons: Mapping[str, OutcomeKind] = FINISH_REASONS
+
+    def new_stream(self, limits: Limits) -> OpenAIChatStream:
+        return OpenAIChatStream(limits)
+
+    # --- encode side ---------------------------------------------------------------------
+
+    def initial_messages(self, user_text: str) -> list[JSON]:
+        return [{"role": "user", "content": user_text}]
+
+    def assistant_echo(self, outcome: TurnOutcome) -> list[JSON]:
+        message: JSON = {"role": "assistant", "content": outcome.text or None}
+        if outcome.calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.call_id,
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        # The argument text as received; a call that streamed no
+                        # fragments had no arguments, which the API spells "{}".
+                        "arguments": call.raw_arguments.decode("utf-8", "replace") or "{}",
+                    },
+                }
+                for call in sorted(outcome.calls, key=attrgetter("index"))
+            ]
+        return [message]
+
+    def encode_results(self, outcome: TurnOutcome, results: list[ModelResult]) -> list[JSON]:
+        # One tool message per result; Chat has no error flag, so an error travels as
+        # the text in ``content``.
+        return [
+            {"role": "tool", "tool_call_id": result.call_id, "content": result.content}
+            for result in results
+        ]
+
+    def build_request(
+        self,
+        *,
+        model: str,
+        messages: list[JSON],
+        tools: list[ToolDeclaration],
+        system: str | None = None,
+        max_tokens: int | None = None,
+        previous: TurnOutcome | None = None,
+    ) -> HttpRequestSpec:
+        if system is not None:
+            messages = [{"role": "system", "content": system}, *messages]
+        body: dict[str, object] = {"model": model, "messages": messages}
+        if tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                }
+                for tool in tools
+            ]
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        if max_tokens is not None:
+            body["max_completion_tokens"] = max_tokens
+        return HttpRequestSpec(path="/v1/chat/completions", body=body)
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+
+ADAPTER = OpenAIChatAdapter()

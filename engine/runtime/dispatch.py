@@ -1,0 +1,332 @@
+"""Execution of validated calls: bounded parallelism, per-tool deadlines, the idempotency
+ledger, and a result for every call — including a cancelled one.
+
+Structured concurrency only: one anyio task group per batch, a global
+``CapacityLimiter`` plus one per tool, ``fail_after`` per call and ``move_on_after`` for
+the operation's remaining time. A handler's exception never escapes: it becomes an error
+envelope with fixed, safe text (the exception's text stays in the audit, redacted).
+
+Side-effecting tools (risk ``write``/``irreversible``) go through the ledger keyed by
+``(tenant, idempotency key)``: a finished key replays its stored result without running
+the handler; a key whose earlier attempt may have had its effect (a timeout, a crash) is
+first reconciled through the tool's ``reconcile`` hook and never retried blindly.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import msgspec
+
+from ..core.canonical import canonical_json
+from ..core.envelope import ErrorCode, ErrorEnvelope
+from ..core.outcome import ProposedCall
+from ..core.registry import AuthContext, ToolContext, ToolSpec
+from ..core.validation import Executable
+from ..store.base import Began, Conflict, InFlight, LedgerState, Replay, Store, Unknown
+from .progress import CallFinished, ProgressEvent
+from .telemetry import tool_span
+
+__all__ = ["CallResult", "DispatchContext", "execute_calls"]
+
+
+class CallResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One call's result as the dispatcher produced it (before binding).
+
+    ``status`` is "ok", "replayed" or an error code. ``ran`` says whether the handler was
+    invoked in this attempt. ``unresolved`` marks an unknown outcome that reconciliation
+    could not settle (the operation must stop for a human). ``detail`` is audit-only."""
+
+    call: ProposedCall
+    tool: str
+    args_digest: str
+    model_result: dict[str, Any]
+    is_error: bool
+    status: str
+    duration_ms: float
+    ran: bool
+    idempotency_key: str | None = None
+    unresolved: bool = False
+    detail: str = ""
+
+
+class DispatchContext:
+    """What a batch of calls runs under. One per operation (limiters are shared)."""
+
+    def __init__(
+        self,
+        *,
+        auth: AuthContext,
+        store: Store | None,
+        worker_id: str,
+        max_parallelism: int,
+        max_result_bytes: int,
+        clock: Callable[[], float],
+        progress: Callable[[ProgressEvent], Awaitable[None]] | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.auth = auth
+        self.store = store
+        self.worker_id = worker_id
+        self.limiter = anyio.CapacityLimiter(max_parallelism)
+        self.max_result_bytes = max_result_bytes
+        self.clock = clock
+        self.progress = progress
+        self.provider = provider
+        self.model = model
+        self._tool_limiters: dict[str, anyio.CapacityLimiter] = {}
+
+    def tool_limiter(self, spec: ToolSpec) -> anyio.CapacityLimiter | None:
+        if spec.max_concurrency is None:
+            return None
+        limiter = self._tool_limiters.get(spec.name)
+        if limiter is None:
+            limiter = self._tool_limiters[spec.name] = anyio.CapacityLimiter(spec.max_concurrency)
+        return limiter
+
+
+def _envelope(code: ErrorCode) -> dict[str, Any]:
+    return ErrorEnvelope.of(code).to_model_result()
+
+
+def _ok(value: Any) -> dict[str, Any]:
+    return {"result": msgspec.to_builtins(value, order="sorted")}
+
+
+async def execute_calls(
+    items: Sequence[Executable], ctx: DispatchContext, *, remaining_seconds: float
+) -> list[CallResult]:
+    """Run ``items`` concurrently within the limits; return one result per item, in the
+    given (proposal) order. Calls still running when ``remaining_seconds`` (the
+    operation's deadline) passes are cancelled and answered ``timeout`` (or
+    ``outcome_unknown`` for side effects)."""
+    results: list[CallResult | None] = [None] * len(items)
+    started = [0.0] * len(items)
+    budget = remaining_seconds if math.isfinite(remaining_seconds) else None
+    with anyio.move_on_after(budget):
+        async with anyio.create_task_group() as tg:
+            for i, item in enumerate(items):
+                tg.start_soon(_run_one, i, item, ctx, results, started)
+    out: list[CallResult] = []
+    for i, item in enumerate(items):
+        result = results[i]
+        if result is None:  # cancelled by the operation deadline: still a result
+            elapsed = (ctx.clock() - started[i]) * 1000 if started[i] else 0.0
+            side = item.spec.is_side_effect and started[i] > 0
+            code = ErrorCode.OUTCOME_UNKNOWN if side else ErrorCode.TIMEOUT
+            result = CallResult(
+                call=item.call,
+                tool=item.spec.name,
+                args_digest=item.args_digest,
+                model_result=_envelope(code),
+                is_error=True,
+                status=code.value,
+                duration_ms=elapsed,
+                ran=started[i] > 0,
+                detail="cancelled by the operation deadline",
+            )
+        out.append(result)
+    return out
+
+
+async def _run_one(
+    i: int,
+    item: Executable,
+    ctx: DispatchContext,
+    results: list[CallResult | None],
+    started: list[float],
+) -> None:
+    spec = item.spec
+    tool_limiter = ctx.tool_limiter(spec)
+    async with ctx.limiter:
+        if tool_limiter is None:
+            result = await _run_limited(i, item, ctx, started)
+        else:
+            async with tool_limiter:
+                result = await _run_limited(i, item, ctx, started)
+    results[i] = result
+    if ctx.progress is not None:
+        await ctx.progress(
+            CallFinished(
+                operation_id=ctx.auth.operation_id,
+                call_id=item.call.call_id,
+                name=spec.name,
+                status=result.status,
+                duration_ms=result.duration_ms,
+            )
+        )
+
+
+async def _run_limited(
+    i: int, item: Executable, ctx: DispatchContext, started: list[float]
+) -> CallResult:
+    spec = item.spec
+    key = spec.idempotency_key(ctx.auth.operation_id, item.args) if spec.is_side_effect else None
+    start = ctx.clock()
+    started[i] = start
+
+    def done(
+        model_result: dict[str, Any],
+        status: str,
+        *,
+        ran: bool,
+        unresolved: bool = False,
+        detail: str = "",
+    ) -> CallResult:
+        return CallResult(
+            call=item.call,
+            tool=spec.name,
+            args_digest=item.args_digest,
+            model_result=model_result,
+            is_error="error" in model_result and status != "ok",
+            status=status,
+            duration_ms=(ctx.clock() - start) * 1000,
+            ran=ran,
+            idempotency_key=key,
+            unresolved=unresolved,
+            detail=detail,
+        )
+
+    owner = f"{ctx.worker_id}/{ctx.auth.operation_id}/{item.call.call_id}"
+    store = ctx.store if key is not None else None
+    if store is not None and key is not None:
+        tenant = ctx.auth.tenant
+        decision = await store.ledger_begin(tenant, key, item.args_digest, owner, now=ctx.clock())
+        if isinstance(decision, Replay):
+            stored = msgspec.json.decode(decision.result) if decision.result else None
+            if isinstance(stored, dict):
+                return done(stored, "replayed", ran=False, detail="idempotency replay")
+            return done(_envelope(ErrorCode.HANDLER_ERROR), "handler_error", ran=False)
+        if isinstance(decision, Conflict | InFlight):
+            code = ErrorCode.IDEMPOTENCY_CONFLICT
+            return done(_envelope(code), code.value, ran=False, detail=type(decision).__name__)
+        if isinstance(decision, Unknown):
+            return await _reconcile(item, key, owner, store, ctx, done)
+        assert isinstance(decision, Began)
+
+    tool_ctx = ToolContext(
+        auth=ctx.auth, tool=spec.name, call_id=item.call.call_id, idempotency_key=key or ""
+    )
+    with tool_span(
+        tool=spec.name,
+        call_id=item.call.call_id,
+        operation_id=ctx.auth.operation_id,
+        provider=ctx.provider,
+        model=ctx.model,
+    ) as span:
+        try:
+            with anyio.fail_after(spec.timeout):
+                value = await _invoke(spec, item.args, tool_ctx)
+        except TimeoutError:
+            span.set_outcome("timeout", error=True)
+            if store is not None and key is not None:
+                with anyio.CancelScope(shield=True):
+                    await store.ledger_mark_unknown(ctx.auth.tenant, key, owner, now=ctx.clock())
+                code = ErrorCode.OUTCOME_UNKNOWN
+            else:
+                code = ErrorCode.TIMEOUT
+            return done(_envelope(code), code.value, ran=True, detail="tool deadline passed")
+        except anyio.get_cancelled_exc_class():
+            if store is not None and key is not None:
+                with anyio.CancelScope(shield=True):
+                    await store.ledger_mark_unknown(ctx.auth.tenant, key, owner, now=ctx.clock())
+            raise
+        except Exception as exc:  # the handler is host code; its failure is a result
+            span.set_outcome("handler_error", error=True)
+            result = _envelope(ErrorCode.HANDLER_ERROR)
+            if store is not None and key is not None:
+                await store.ledger_finish(
+                    ctx.auth.tenant,
+                    key,
+                    owner,
+                    LedgerState.FAILED,
+                    canonical_json(result),
+                    now=ctx.clock(),
+                )
+            return done(result, "handler_error", ran=True, detail=type(exc).__name__)
+        span.set_outcome("ok")
+
+    model_result, status = _shape(value, spec, ctx)
+    if store is not None and key is not None:
+        await store.ledger_finish(
+            ctx.auth.tenant,
+            key,
+            owner,
+            LedgerState.SUCCEEDED,
+            canonical_json(model_result),
+            now=ctx.clock(),
+        )
+    return done(model_result, status, ran=True)
+
+
+def _shape(value: Any, spec: ToolSpec, ctx: DispatchContext) -> tuple[dict[str, Any], str]:
+    """The model-facing result of a handler's return value, within the size limit."""
+    try:
+        model_result = _ok(value)
+        size = len(canonical_json(model_result))
+    except Exception:  # not JSON data: a host bug, answered safely
+        return _envelope(ErrorCode.HANDLER_ERROR), ErrorCode.HANDLER_ERROR.value
+    limit = spec.max_result_bytes or ctx.max_result_bytes
+    if size > min(limit, ctx.max_result_bytes):
+        return _envelope(ErrorCode.RESULT_TOO_LARGE), ErrorCode.RESULT_TOO_LARGE.value
+    return model_result, "ok"
+
+
+async def _invoke(spec: ToolSpec, args: Any, tool_ctx: ToolContext) -> Any:
+    if spec.is_async:
+        return await spec.handler(args, tool_ctx)
+    return await anyio.to_thread.run_sync(
+        functools.partial(spec.handler, args, tool_ctx), abandon_on_cancel=True
+    )
+
+
+async def _reconcile(
+    item: Executable,
+    key: str,
+    owner: str,
+    store: Store,
+    ctx: DispatchContext,
+    done: Callable[..., CallResult],
+) -> CallResult:
+    """An earlier attempt under this key may have had its effect: look it up downstream
+    by key. Found → record and replay it. Not found, or no hook → the outcome stays
+    unknown and the operation must stop for a human; never a blind retry."""
+    spec = item.spec
+    found: Any = None
+    if spec.reconcile is not None:
+        try:
+            with anyio.fail_after(spec.timeout):
+                found = await spec.reconcile(key, item.args)
+        except Exception:
+            found = None
+    if found is None:
+        code = ErrorCode.OUTCOME_UNKNOWN
+        result: CallResult = done(
+            _envelope(code),
+            code.value,
+            ran=False,
+            unresolved=True,
+            detail="reconcile found no record of the earlier attempt",
+        )
+        return result
+    model_result, status = _shape(found, spec, ctx)
+    await store.ledger_resolve_unknown(
+        ctx.auth.tenant,
+        key,
+        owner,
+        LedgerState.SUCCEEDED,
+        canonical_json(model_result),
+        now=ctx.clock(),
+    )
+    result = done(
+        model_result,
+        "replayed" if status == "ok" else status,
+        ran=False,
+        detail="reconciled by idempotency key",
+    )
+    return result

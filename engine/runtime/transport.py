@@ -1,0 +1,492 @@
+"""The HTTP side of one model turn: POST the request, stream the body through the bounded
+decoder, retry transient failures, and always come back with a classified ``TurnOutcome``.
+
+It owns: endpoint configuration from the environment, the retry policy (jittered exponential
+backoff, ``retry-after``, a deadline), the timeouts value object, and ``stream_turn``.
+Every third-party failure is mapped here, at the seam, into an outcome:
+
+    httpx connect/write/read-before-headers error  → FAILED (retryable: nothing was received)
+    HTTP 4xx/5xx                                   → FAILED, ProviderErrorInfo(status, code)
+    200 with a content type other than SSE         → FAILED (not retried)
+    read error, disconnect, idle or total timeout   → decoder.finish(), forced TRUNCATED at
+      once the body started                          best (a cut stream is never complete),
+                                                     ``disconnected=True``
+    provider error event in the stream             → FAILED as the decoder classified it
+
+A failure is retried only while no call fragment has been received, the policy allows
+another attempt and the caller's deadline leaves room for the wait.
+
+It must never: know a provider's paths, bodies or header names (the adapter's
+``build_request`` and ``auth_headers`` give them), parse SSE itself (the core decoder does,
+with its byte caps), turn a provider's error text into a business status, or log a key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import email.utils
+import math
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol, runtime_checkable
+
+import anyio
+import httpx
+import httpx_sse
+import msgspec
+
+from callgate.engine.core.adapter import Adapter, HttpRequestSpec
+from callgate.engine.core.decode import StreamDecoder
+from callgate.engine.core.errors import ConfigError
+from callgate.engine.core.events import ArgumentsDelta, CallDone, CallStarted, EngineEvent
+from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
+from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome
+
+__all__ = [
+    "RETRY_STATUSES",
+    "EventCallback",
+    "ProviderEndpoint",
+    "RetryPolicy",
+    "TransportAdapter",
+    "TransportTimeouts",
+    "TurnAttempt",
+    "retry_after_seconds",
+    "stream_turn",
+]
+
+# Rate limited (429), server errors that providers document as transient (500, 502, 503,
+# 504) and Anthropic's "overloaded" (529). Other 4xx are the request's fault: retrying
+# cannot help.
+RETRY_STATUSES: frozenset[int] = frozenset({429, 500, 502, 503, 504, 529})
+
+# Error bodies are JSON objects of a few hundred bytes; 64 KiB keeps a hostile or
+# misconfigured endpoint (an HTML error page, an endless body) from being held.
+_MAX_ERROR_BODY = 64 * 1024
+# Provider error messages are kept for diagnostics only; a bound keeps logs sane.
+_MAX_ERROR_MESSAGE = 1000
+_FRAGMENT_EVENTS = (CallStarted, ArgumentsDelta, CallDone)
+
+# provider name -> (base URL variable, API key variable, default base URL)
+_ENV: dict[str, tuple[str, str, str]] = {
+    "openai_chat": ("OPENAI_BASE_URL", "OPENAI_API_KEY", "https://api.openai.com"),
+    "openai_responses": ("OPENAI_BASE_URL", "OPENAI_API_KEY", "https://api.openai.com"),
+    "anthropic": ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "https://api.anthropic.com"),
+    "gemini": (
+        "GEMINI_BASE_URL",
+        "GEMINI_API_KEY",
+        "https://generativelanguage.googleapis.com",
+    ),
+    "gemini_interactions": (
+        "GEMINI_BASE_URL",
+        "GEMINI_API_KEY",
+        "https://generativelanguage.googleapis.com",
+    ),
+}
+
+EventCallback = Callable[[EngineEvent], Awaitable[None]]
+
+
+@runtime_checkable
+class TransportAdapter(Adapter, Protocol):
+    """What the transport needs from an adapter: the decode side plus the auth headers
+    (every ``Adapter & EncodeSide`` satisfies it)."""
+
+    def auth_headers(self, api_key: str) -> dict[str, str]: ...
+
+
+class ProviderEndpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one provider lives and the key to call it with. ``repr`` never shows the key."""
+
+    base_url: str
+    api_key: str
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"base URL must start with http:// or https://: {self.base_url!r}")
+
+    def __repr__(self) -> str:
+        return f"ProviderEndpoint(base_url={self.base_url!r}, api_key=<redacted>)"
+
+    @classmethod
+    def from_env(cls, provider: str, environ: Mapping[str, str] | None = None) -> ProviderEndpoint:
+        """Read the provider's base URL and API key variables (see ``_ENV``); a missing or
+        empty key is a ``ConfigError`` naming the variable."""
+        env = os.environ if environ is None else environ
+        try:
+            url_var, key_var, default_url = _ENV[provider]
+        except KeyError:
+            raise ConfigError(
+                f"unknown provider {provider!r}; expected one of {', '.join(sorted(_ENV))}"
+            ) from None
+        key = env.get(key_var, "").strip()
+        if not key:
+            raise ConfigError(f"{key_var} is not set: the {provider} provider needs an API key")
+        return cls(base_url=env.get(url_var, "").strip() or default_url, api_key=key)
+
+    def url(self, path: str) -> str:
+        """The absolute URL of an adapter's request path (which may carry a query)."""
+        return self.base_url.rstrip("/") + "/" + path.lstrip("/")
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How often and how patiently to retry a transient failure.
+
+    The n-th retry waits ``min(max_delay, base_delay * 2**(n-1))``, reduced by up to
+    ``jitter`` (a fraction) at random so that many clients do not retry in lockstep. A
+    ``retry-after`` from the provider replaces the backoff, capped by ``max_delay``.
+    """
+
+    # Three attempts ride out a brief overload without multiplying a long outage's cost.
+    max_attempts: int = 3
+    base_delay: float = 0.5
+    # Providers ask for up to tens of seconds under load; beyond that a human should know.
+    max_delay: float = 30.0
+    jitter: float = 0.25
+    retry_statuses: frozenset[int] = RETRY_STATUSES
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError("RetryPolicy.max_attempts must be >= 1")
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise ConfigError("RetryPolicy delays must be >= 0")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ConfigError("RetryPolicy.jitter must be within 0..1")
+
+    def delay(self, retry_number: int, retry_after: float | None, rand: float) -> float:
+        """Seconds to wait before retry ``retry_number`` (1-based); ``rand`` in [0, 1)."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_delay)
+        backoff = min(self.max_delay, self.base_delay * 2.0 ** min(retry_number - 1, 60))
+        return backoff * (1.0 - self.jitter * rand)
+
+
+class TransportTimeouts(msgspec.Struct, frozen=True, kw_only=True):
+    """Seconds. ``idle_stream`` is the longest silence allowed between two received chunks
+    (and before the response head); ``total`` bounds one attempt from connect to last byte."""
+
+    connect: float = 10.0
+    # Reasoning models can think silently for a while between events, and not every
+    # provider sends keep-alive pings; 90 s separates that from a dead connection.
+    idle_stream: float = 90.0
+    total: float = 600.0
+
+    def __post_init__(self) -> None:
+        if min(self.connect, self.idle_stream, self.total) <= 0:
+            raise ConfigError("TransportTimeouts must all be > 0")
+
+
+class TurnAttempt(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``stream_turn`` ended with. ``attempts`` counts HTTP requests made;
+    ``retried_statuses`` the HTTP error statuses that were retried; ``retry_reasons`` why
+    each retry happened (callgate's words); ``disconnected`` that the final attempt's body
+    was cut (the outcome is then never complete)."""
+
+    outcome: TurnOutcome
+    attempts: int
+    retried_statuses: tuple[int, ...] = ()
+    retry_reasons: tuple[str, ...] = ()
+    retry_delays: tuple[float, ...] = ()
+    disconnected: bool = False
+
+
+class _Result(msgspec.Struct, frozen=True, kw_only=True):
+    """One attempt's result, before the retry decision."""
+
+    outcome: TurnOutcome
+    retryable: bool
+    reason: str
+    status: int | None = None
+    retry_after: float | None = None
+    disconnected: bool = False
+
+
+async def stream_turn(
+    client: httpx.AsyncClient,
+    adapter: TransportAdapter,
+    spec: HttpRequestSpec,
+    endpoint: ProviderEndpoint,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    retry: RetryPolicy | None = None,
+    timeouts: TransportTimeouts | None = None,
+    on_event: EventCallback | None = None,
+    deadline: float | None = None,
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+) -> TurnAttempt:
+    """Run one model turn over HTTP and return its classified outcome (never raises for
+    anything the network or the provider does).
+
+    ``deadline`` is an absolute ``anyio.current_time()``: no attempt runs past it and no
+    retry starts whose wait would end after it. ``on_event`` sees every engine event as it
+    is decoded (for progress displays); events of an attempt that is later retried were
+    already delivered. ``sleep`` is the wait between attempts (tests inject a recorder).
+    """
+    retry = retry or RetryPolicy()
+    timeouts = timeouts or TransportTimeouts()
+    # The core's decoder bounds every buffer; a compressed body could inflate one received
+    # chunk far past those caps before the decoder sees it, so ask for identity encoding.
+    headers = httpx.Headers(spec.headers)
+    headers.update(adapter.auth_headers(endpoint.api_key))
+    headers["accept-encoding"] = "identity"
+    headers["content-type"] = "application/json"
+    request = _Request(
+        client=client,
+        adapter=adapter,
+        url=endpoint.url(spec.path),
+        content=msgspec.json.encode(spec.body),
+        headers=headers,
+        limits=limits,
+        timeouts=timeouts,
+        retry=retry,
+        on_event=on_event,
+    )
+    statuses: list[int] = []
+    reasons: list[str] = []
+    delays: list[float] = []
+    attempts = 0
+    while True:
+        budget = timeouts.total
+        if deadline is not None:
+            budget = min(budget, deadline - anyio.current_time())
+        if budget <= 0:
+            return TurnAttempt(
+                outcome=_failure("deadline_exceeded", "the operation deadline has passed"),
+                attempts=attempts,
+                retried_statuses=tuple(statuses),
+                retry_reasons=tuple(reasons),
+                retry_delays=tuple(delays),
+            )
+        attempts += 1
+        result = await _attempt(request, budget)
+        done = TurnAttempt(
+            outcome=result.outcome,
+            attempts=attempts,
+            retried_statuses=tuple(statuses),
+            retry_reasons=tuple(reasons),
+            retry_delays=tuple(delays),
+            disconnected=result.disconnected,
+        )
+        if not result.retryable or attempts >= retry.max_attempts:
+            return done
+        wait = retry.delay(attempts, result.retry_after, random.random())
+        if deadline is not None and anyio.current_time() + wait >= deadline:
+            return done
+        if result.status is not None:
+            statuses.append(result.status)
+        reasons.append(result.reason)
+        delays.append(wait)
+        await sleep(wait)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Request:
+    """Everything that stays the same across the attempts of one turn."""
+
+    client: httpx.AsyncClient
+    adapter: TransportAdapter
+    url: str
+    content: bytes
+    headers: httpx.Headers
+    limits: Limits
+    timeouts: TransportTimeouts
+    retry: RetryPolicy
+    on_event: EventCallback | None
+
+
+async def _attempt(request: _Request, budget: float) -> _Result:
+    timeouts, retry, on_event = request.timeouts, request.retry, request.on_event
+    http_timeout = httpx.Timeout(
+        connect=timeouts.connect,
+        read=timeouts.idle_stream,
+        write=timeouts.connect,
+        pool=timeouts.connect,
+    )
+    decoder: StreamDecoder | None = None
+    fragments = False
+    with anyio.move_on_after(budget):
+        try:
+            async with httpx_sse.aconnect_sse(
+                request.client,
+                "POST",
+                request.url,
+                content=request.content,
+                headers=request.headers.copy(),
+                timeout=http_timeout,
+            ) as source:
+                response = source.response
+                if not response.is_success:
+                    return await _http_failure(response, retry.retry_statuses)
+                if not _is_event_stream(response):
+                    return await _content_type_failure(response)
+                decoder = StreamDecoder(request.adapter, request.limits)
+                async for chunk in response.aiter_bytes():
+                    for event in decoder.feed(chunk):
+                        if isinstance(event, _FRAGMENT_EVENTS):
+                            fragments = True
+                        if on_event is not None:
+                            await on_event(event)
+        except httpx_sse.SSEError:
+            return _Result(
+                outcome=_failure("unexpected_content_type", "the response is not an SSE stream"),
+                retryable=False,
+                reason="unexpected content type",
+            )
+        except httpx.TimeoutException as exc:
+            what = "idle stream timeout" if isinstance(exc, httpx.ReadTimeout) else "timeout"
+            return _transport_failure(decoder, fragments, f"{what} ({type(exc).__name__})")
+        except httpx.HTTPError as exc:
+            return _transport_failure(decoder, fragments, f"transport error ({type(exc).__name__})")
+        outcome = decoder.finish()
+        error = outcome.error
+        retryable = (
+            outcome.kind is OutcomeKind.FAILED
+            and error is not None
+            and (error.retryable or error.status in retry.retry_statuses)
+            and not fragments
+        )
+        return _Result(outcome=outcome, retryable=retryable, reason="provider error in stream")
+    return _transport_failure(decoder, fragments, f"attempt time budget ({budget:.3g} s) spent")
+
+
+def _transport_failure(decoder: StreamDecoder | None, fragments: bool, reason: str) -> _Result:
+    """A failure of the connection itself. Before the body started there is nothing to
+    keep; after, the decoder classifies what arrived and the cut caps it at TRUNCATED."""
+    if decoder is None:
+        return _Result(
+            outcome=_failure("transport_error", f"no response: {reason}", retryable=True),
+            retryable=True,
+            reason=reason,
+        )
+    outcome = _cut(decoder.finish(), f"the stream was cut: {reason}")
+    return _Result(outcome=outcome, retryable=not fragments, reason=reason, disconnected=True)
+
+
+def _cut(outcome: TurnOutcome, reason: str) -> TurnOutcome:
+    """A stream that did not end cleanly is never a completed turn, whatever it held: a
+    provider error stays FAILED, anything else becomes TRUNCATED (calls are kept for
+    diagnostics; the run loop never executes a truncated turn)."""
+    if outcome.kind is OutcomeKind.FAILED:
+        return outcome
+    return msgspec.structs.replace(
+        outcome, kind=OutcomeKind.TRUNCATED, stop_reason=f"{reason}; {outcome.stop_reason}"
+    )
+
+
+def _failure(
+    code: str, stop_reason: str, *, status: int | None = None, retryable: bool = False
+) -> TurnOutcome:
+    return TurnOutcome(
+        kind=OutcomeKind.FAILED,
+        raw_reason=None,
+        stop_reason=stop_reason,
+        error=ProviderErrorInfo(code=code, status=status, retryable=retryable),
+    )
+
+
+async def _http_failure(response: httpx.Response, retry_statuses: frozenset[int]) -> _Result:
+    status = response.status_code
+    retryable = status in retry_statuses
+    code, message = _error_fields(await _read_bounded(response))
+    outcome = TurnOutcome(
+        kind=OutcomeKind.FAILED,
+        raw_reason=f"HTTP {status}",
+        stop_reason=f"the provider answered HTTP {status}",
+        error=ProviderErrorInfo(
+            code=code or f"http_{status}", message=message, status=status, retryable=retryable
+        ),
+    )
+    after = retry_after_seconds(response.headers, time.time()) if retryable else None
+    return _Result(
+        outcome=outcome,
+        retryable=retryable,
+        reason=f"HTTP {status}",
+        status=status,
+        retry_after=after,
+    )
+
+
+async def _content_type_failure(response: httpx.Response) -> _Result:
+    content_type = response.headers.get("content-type", "")
+    code, message = _error_fields(await _read_bounded(response))
+    outcome = TurnOutcome(
+        kind=OutcomeKind.FAILED,
+        raw_reason=None,
+        stop_reason=f"expected an SSE stream, the response is {content_type[:100]!r}",
+        error=ProviderErrorInfo(
+            code=code or "unexpected_content_type", message=message, status=response.status_code
+        ),
+    )
+    return _Result(outcome=outcome, retryable=False, reason="unexpected content type")
+
+
+def _is_event_stream(response: httpx.Response) -> bool:
+    # Same rule as httpx_sse's own check (which only runs inside ``aiter_sse``; the bytes
+    # here go to callgate's decoder instead), but media types are case-insensitive.
+    media_type = response.headers.get("content-type", "").partition(";")[0]
+    return "text/event-stream" in media_type.lower()
+
+
+async def _read_bounded(response: httpx.Response) -> bytes:
+    data = bytearray()
+    try:
+        async for chunk in response.aiter_bytes():
+            data += chunk[: _MAX_ERROR_BODY - len(data)]
+            if len(data) >= _MAX_ERROR_BODY:
+                break
+    except httpx.HTTPError:
+        pass  # an error body cut short is still an error; keep what arrived
+    return bytes(data)
+
+
+def _error_fields(body: bytes) -> tuple[str | None, str | None]:
+    """(code, message) from the usual JSON error shapes: ``{"error": {...}}`` with a string
+    ``code``/``status``/``type`` and a ``message``. Anything else gives (None, None)."""
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return None, None
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]  # Gemini without alt=sse wraps every body in an array
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return None, None
+    code = next(
+        (error[k] for k in ("code", "status", "type") if isinstance(error.get(k), str)), None
+    )
+    message = error.get("message")
+    return code, message[:_MAX_ERROR_MESSAGE] if isinstance(message, str) else None
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: float) -> float | None:
+    """Seconds the provider asked us to wait: ``retry-after-ms``, or ``retry-after`` as
+    delta-seconds or an HTTP-date (relative to ``now``, a Unix time). None when absent or
+    unreadable; never negative."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        seconds = _non_negative(millis)
+        if seconds is not None:
+            return seconds / 1000.0
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _non_negative(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000" dates parse naive; HTTP-dates are always UTC
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(when.timestamp() - now, 0.0)
+
+
+def _non_negative(text: str) -> float | None:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None

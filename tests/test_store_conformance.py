@@ -1,0 +1,713 @@
+"""One conformance suite for every store backend: SQLite (a temp file), PostgreSQL (a real
+server: CALLGATE_PG_URL; each test in its own schema) and the in-memory test store.
+
+PostgreSQL is skipped only when no URL is configured *and* CI is not set; in CI a missing
+URL fails the run. Cross-process scenarios (a fresh process reading the database alone,
+racing processes) run on the durable backends only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from callgate.engine.core.errors import ConfigError, StaleWriteError, StoreError
+from callgate.engine.store import (
+    LEDGER_IN_FLIGHT_LEASE,
+    LEDGER_RETENTION,
+    ApprovalAlreadyConsumed,
+    ApprovalAlreadyDecided,
+    ApprovalExpired,
+    ApprovalNotApproved,
+    ApprovalRecord,
+    ApprovalStatus,
+    Began,
+    Conflict,
+    DuplicateRecord,
+    InFlight,
+    LedgerOwnershipLost,
+    LedgerState,
+    MemoryStore,
+    OperationRecord,
+    PostgresStore,
+    RecordNotFound,
+    Replay,
+    SchemaTooNew,
+    SQLiteStore,
+    Store,
+    StoreBusy,
+    Unknown,
+    open_store,
+)
+
+HELPER = str(Path(__file__).with_name("store_subprocess.py"))
+PG_URL = os.environ.get("CALLGATE_PG_URL")
+IN_CI = bool(os.environ.get("CI"))
+NOW = 1_700_000_000.0
+T = "tenant-a"
+
+
+def require_postgres() -> str:
+    if PG_URL:
+        return PG_URL
+    if IN_CI:
+        pytest.fail("CI is set but CALLGATE_PG_URL is not: .ci/postgres.sh must start a server")
+    pytest.skip("no PostgreSQL server configured (set CALLGATE_PG_URL, or CI to require it)")
+
+
+def with_schema(url: str, schema: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}schema={schema}"
+
+
+async def drop_schema(schema: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(PG_URL)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+BACKENDS = [
+    pytest.param("memory", id="memory"),
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
+DURABLE = BACKENDS[1:]
+
+
+@pytest.fixture
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    kind = request.param
+    if kind == "memory":
+        yield "memory:"
+    elif kind == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+    else:
+        url = require_postgres()
+        schema = f"t_{uuid.uuid4().hex[:16]}"
+        yield with_schema(url, schema)
+        await drop_schema(schema)
+
+
+def make_store(url: str) -> Store:
+    return MemoryStore() if url == "memory:" else open_store(url)
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[Store]:
+    async with make_store(store_url) as s:
+        yield s
+
+
+def durable(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return pytest.mark.parametrize("store_url", DURABLE, indirect=True)(fn)
+
+
+# Tests whose cost is child processes run on one event loop only: the children do not
+# care which loop the parent uses, and process start-up dominates their run time.
+one_loop = pytest.mark.parametrize(
+    "anyio_backend", [("asyncio", {"use_uvloop": False})], ids=["asyncio"]
+)
+
+
+all_backends = pytest.mark.parametrize("store_url", BACKENDS, indirect=True)
+pytestmark = pytest.mark.anyio
+
+
+def op(operation_id: str = "op-1", state: str = "WAITING_APPROVAL", **kw: Any) -> OperationRecord:
+    base: dict[str, Any] = {
+        "operation_id": operation_id,
+        "tenant": T,
+        "subject": "user-1",
+        "state": state,
+        "snapshot": b'{"turn":1}',
+        "created_at": NOW,
+        "updated_at": NOW,
+    }
+    return OperationRecord(**(base | kw))
+
+
+def approval(approval_id: str = "ap-1", expires_at: float = NOW + 60, **kw: Any) -> ApprovalRecord:
+    base: dict[str, Any] = {
+        "approval_id": approval_id,
+        "operation_id": "op-1",
+        "call_id": "call-1",
+        "tool": "refund",
+        "schema_version": "3",
+        "args_digest": "d" * 64,
+        "policy_revision": "rev-7",
+        "tenant": T,
+        "subject": "user-1",
+        "created_at": NOW,
+        "expires_at": expires_at,
+    }
+    return ApprovalRecord(**(base | kw))
+
+
+# -- child processes ----------------------------------------------------------------------
+async def read_json(stream: BufferedByteReceiveStream) -> Any:
+    return json.loads(await stream.receive_until(b"\n", 1 << 24))
+
+
+async def race_processes(
+    argvs: list[list[str]], during: Callable[[], Any] | None = None
+) -> list[Any]:
+    """Start one child per argv, wait until every child is ready, release them all at
+    once (and run ``during`` in this process at the same moment), collect their output."""
+    procs = [
+        await anyio.open_process(
+            [sys.executable, HELPER, *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for argv in argvs
+    ]
+    try:
+        with anyio.fail_after(120):
+            outs = [BufferedByteReceiveStream(p.stdout) for p in procs]  # type: ignore[arg-type]
+            for out in outs:
+                assert await read_json(out) == "ready"
+            async with anyio.create_task_group() as tg:
+                for p in procs:
+                    assert p.stdin is not None
+                    await p.stdin.send(b"go\n")
+                if during is not None:
+                    tg.start_soon(during)
+            results = [await read_json(out) for out in outs]
+            for p in procs:
+                assert await p.wait() == 0
+        return results
+    except BaseException:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+            await p.wait()
+            if p.stderr is not None:
+                err = (await p.stderr.receive(1 << 16)) if p.returncode else b""
+                if err:
+                    print(err.decode(errors="replace"), file=sys.stderr)
+        raise
+
+
+# -- operations -----------------------------------------------------------------------------
+@all_backends
+async def test_operation_create_get_list_and_duplicate(store: Store) -> None:
+    created = await store.create_operation(op(version=42))
+    assert created.version == 1
+    assert await store.get_operation("op-1") == created
+    assert await store.get_operation("nope") is None
+    with pytest.raises(DuplicateRecord):
+        await store.create_operation(op())
+    await store.create_operation(op("op-0", state="COMPLETED", created_at=NOW - 1))
+    assert [o.operation_id for o in await store.list_operations()] == ["op-0", "op-1"]
+    assert [o.operation_id for o in await store.list_operations("COMPLETED")] == ["op-0"]
+    assert len(await store.list_operations(limit=1)) == 1
+
+
+@all_backends
+async def test_save_checks_version_and_fencing_token(store: Store) -> None:
+    await store.create_operation(op(owner="w1", fencing_token=5))
+    saved = await store.save_operation(
+        op(state="EXECUTING", owner="w1", snapshot=b"{}", updated_at=NOW + 1), 1, 5
+    )
+    assert (saved.version, saved.state, saved.snapshot, saved.fencing_token) == (
+        2,
+        "EXECUTING",
+        b"{}",
+        5,
+    )
+    assert await store.get_operation("op-1") == saved
+    with pytest.raises(StaleWriteError):
+        await store.save_operation(op(state="X"), 1, 5)  # old version
+    with pytest.raises(StaleWriteError):
+        await store.save_operation(op(state="X"), 2, 4)  # old token
+    with pytest.raises(RecordNotFound):
+        await store.save_operation(op("missing"), 1, 0)
+    assert (await store.get_operation("op-1")) == saved
+
+
+@all_backends
+async def test_claim_only_from_listed_states_and_only_when_free(store: Store) -> None:
+    await store.create_operation(op())
+    assert await store.claim_operation("op-1", "w1", now=NOW, from_states={"EXECUTING"}) is None
+    token = await store.claim_operation("op-1", "w1", now=NOW, from_states={"WAITING_APPROVAL"})
+    assert token == 1
+    assert await store.claim_operation("op-1", "w2", now=NOW + 1) is None  # owned
+    row = await store.get_operation("op-1")
+    assert row is not None and (row.owner, row.fencing_token, row.version) == ("w1", 1, 2)
+    # Releasing (owner=None) makes it claimable again, with a new token.
+    await store.save_operation(op(owner=None, updated_at=NOW + 2), row.version, 1)
+    assert await store.claim_operation("op-1", "w2", now=NOW + 3) == 2
+    with pytest.raises(RecordNotFound):
+        await store.claim_operation("missing", "w1", now=NOW)
+
+
+@all_backends
+async def test_16_coroutines_claim_one_operation_exactly_one_wins(store: Store) -> None:
+    await store.create_operation(op())
+    tokens: dict[str, int | None] = {}
+
+    async def worker(name: str) -> None:
+        tokens[name] = await store.claim_operation(
+            "op-1", name, now=NOW, from_states={"WAITING_APPROVAL"}
+        )
+
+    async with anyio.create_task_group() as tg:
+        for i in range(16):
+            tg.start_soon(worker, f"w{i}")
+    winners = [w for w, t in tokens.items() if t is not None]
+    assert len(winners) == 1 and tokens[winners[0]] == 1
+    row = await store.get_operation("op-1")
+    assert row is not None and row.owner == winners[0] and row.fencing_token == 1
+
+
+@one_loop
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+async def test_16_processes_claim_one_operation_exactly_one_wins(
+    store: Store, store_url: str
+) -> None:
+    # PostgreSQL's claim race is covered by the coroutine test above: its pool gives
+    # the coroutines separate server sessions. SQLite's cross-process locking is not.
+    await store.create_operation(op())
+    results = await race_processes(
+        [["claim", store_url, "op-1", f"p{i}", str(NOW)] for i in range(16)]
+    )
+    winners = [r for r in results if r["token"] is not None]
+    assert len(winners) == 1 and winners[0]["token"] == 1
+    row = await store.get_operation("op-1")
+    assert row is not None and row.owner == winners[0]["worker"]
+
+
+@all_backends
+async def test_stale_worker_is_fenced_after_takeover(store: Store) -> None:
+    await store.create_operation(op(state="EXECUTING"))
+    t1 = await store.claim_operation("op-1", "w1", now=NOW)
+    assert t1 == 1
+    a = await store.save_operation(op(state="EXECUTING", owner="w1", updated_at=NOW + 1), 2, t1)
+    # w1 goes silent; before the staleness window nobody may take over ...
+    assert await store.claim_operation("op-1", "w2", now=NOW + 10, stale_after=30) is None
+    # ... after it, w2 does, with a new token.
+    t2 = await store.claim_operation("op-1", "w2", now=NOW + 31, stale_after=30)
+    assert t2 == 2
+    with pytest.raises(StaleWriteError):  # w1 wakes up: even with the right version, fenced
+        await store.save_operation(op(state="DONE", owner="w1"), a.version + 1, t1)
+    b = await store.save_operation(op(state="DONE", owner=None, updated_at=NOW + 40), 4, t2)
+    assert (b.state, b.owner, b.fencing_token) == ("DONE", None, 2)
+
+
+@one_loop
+@durable
+async def test_1000_operations_resume_from_the_database_alone(store: Store, store_url: str) -> None:
+    expected = []
+    limiter = anyio.CapacityLimiter(16)
+
+    async def create(i: int, snap: bytes) -> None:
+        async with limiter:
+            rec = await store.create_operation(
+                op(f"op-{i:04d}", snapshot=snap, created_at=NOW + i, updated_at=NOW + i)
+            )
+        assert rec.version == 1
+
+    async with anyio.create_task_group() as tg:
+        for i in range(1000):
+            snap = json.dumps({"i": i, "continuation": [{"id": f"item-{i}"}]}).encode()
+            expected.append(
+                [f"op-{i:04d}", "WAITING_APPROVAL", 1, hashlib.sha256(snap).hexdigest()]
+            )
+            tg.start_soon(create, i, snap)
+    # A fresh interpreter, given only the URL, lists and loads every operation.
+    proc = await anyio.run_process([sys.executable, HELPER, "dump", store_url])
+    assert json.loads(proc.stdout) == expected
+
+
+# -- approvals ------------------------------------------------------------------------------
+@all_backends
+async def test_approval_create_get_list(store: Store) -> None:
+    rec = await store.create_approval(approval())
+    assert rec.status is ApprovalStatus.PENDING
+    assert await store.get_approval("ap-1") == rec
+    assert await store.get_approval("nope") is None
+    with pytest.raises(DuplicateRecord):
+        await store.create_approval(approval())
+    await store.create_approval(approval("ap-2", operation_id="op-2", created_at=NOW + 1))
+    await store.decide_approval("ap-2", False, "bob", "no", now=NOW + 2)
+    assert [a.approval_id for a in await store.list_approvals()] == ["ap-1", "ap-2"]
+    pending = await store.list_approvals(ApprovalStatus.PENDING)
+    assert [a.approval_id for a in pending] == ["ap-1"]
+    assert [a.approval_id for a in await store.list_approvals(operation_id="op-2")] == ["ap-2"]
+
+
+@all_backends
+async def test_decide_1ms_before_expiry_is_recorded(store: Store) -> None:
+    await store.create_approval(approval(expires_at=NOW + 60))
+    rec = await store.decide_approval("ap-1", True, "alice", "ok", now=NOW + 60 - 0.001)
+    assert (rec.status, rec.approver, rec.reason) == (ApprovalStatus.APPROVED, "alice", "ok")
+    assert rec.decided_at == NOW + 60 - 0.001
+    assert await store.get_approval("ap-1") == rec
+
+
+@all_backends
+async def test_decide_1ms_after_expiry_is_expired(store: Store) -> None:
+    await store.create_approval(approval(expires_at=NOW + 60))
+    with pytest.raises(ApprovalExpired) as info:
+        await store.decide_approval("ap-1", True, "alice", None, now=NOW + 60 + 0.001)
+    assert info.value.code == "approval_expired"
+    row = await store.get_approval("ap-1")
+    assert row is not None and row.status is ApprovalStatus.EXPIRED and row.approver is None
+    with pytest.raises(ApprovalExpired):  # and stays expired
+        await store.decide_approval("ap-1", True, "alice", None, now=NOW)
+
+
+@all_backends
+async def test_consume_1ms_before_and_after_expiry(store: Store) -> None:
+    await store.create_approval(approval("ap-1", expires_at=NOW + 60))
+    await store.create_approval(approval("ap-2", expires_at=NOW + 60))
+    for a in ("ap-1", "ap-2"):
+        await store.decide_approval(a, True, "alice", None, now=NOW)
+    ok = await store.consume_approval("ap-1", now=NOW + 60 - 0.001)
+    assert ok.status is ApprovalStatus.CONSUMED and ok.consumed_at == NOW + 60 - 0.001
+    with pytest.raises(ApprovalExpired):
+        await store.consume_approval("ap-2", now=NOW + 60 + 0.001)
+    row = await store.get_approval("ap-2")
+    assert row is not None and row.status is ApprovalStatus.EXPIRED and row.approver == "alice"
+
+
+@all_backends
+async def test_double_approve_first_decision_wins(store: Store) -> None:
+    await store.create_approval(approval())
+    first = await store.decide_approval("ap-1", True, "alice", "fine", now=NOW + 1)
+    with pytest.raises(ApprovalAlreadyDecided):
+        await store.decide_approval("ap-1", True, "bob", "me too", now=NOW + 2)
+    with pytest.raises(ApprovalAlreadyDecided):
+        await store.decide_approval("ap-1", False, "carol", "no", now=NOW + 3)
+    assert await store.get_approval("ap-1") == first
+    with pytest.raises(RecordNotFound):
+        await store.decide_approval("missing", True, "alice", None, now=NOW)
+
+
+@all_backends
+async def test_approve_vs_deny_race_exactly_one_decision(store: Store) -> None:
+    await store.create_approval(approval())
+    wins: list[tuple[str, bool]] = []
+    losses = 0
+
+    async def decide(name: str, approve: bool) -> None:
+        nonlocal losses
+        try:
+            await store.decide_approval("ap-1", approve, name, None, now=NOW + 1)
+            wins.append((name, approve))
+        except ApprovalAlreadyDecided:
+            losses += 1
+
+    async with anyio.create_task_group() as tg:
+        for i in range(8):
+            tg.start_soon(decide, f"approver-{i}", True)
+            tg.start_soon(decide, f"denier-{i}", False)
+    assert len(wins) == 1 and losses == 15
+    row = await store.get_approval("ap-1")
+    name, approve = wins[0]
+    assert row is not None and row.approver == name
+    assert row.status is (ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED)
+
+
+@all_backends
+async def test_consume_is_single_use_under_concurrency(store: Store) -> None:
+    await store.create_approval(approval())
+    await store.decide_approval("ap-1", True, "alice", None, now=NOW)
+    outcomes: list[str] = []
+
+    async def consume() -> None:
+        try:
+            await store.consume_approval("ap-1", now=NOW + 1)
+            outcomes.append("consumed")
+        except ApprovalAlreadyConsumed:
+            outcomes.append("refused")
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(16):
+            tg.start_soon(consume)
+    assert sorted(outcomes) == ["consumed"] + ["refused"] * 15
+
+
+@all_backends
+async def test_consume_refuses_pending_and_denied(store: Store) -> None:
+    await store.create_approval(approval("ap-p"))
+    await store.create_approval(approval("ap-d"))
+    await store.decide_approval("ap-d", False, "bob", "too big", now=NOW)
+    for a, status in (("ap-p", "pending"), ("ap-d", "denied")):
+        with pytest.raises(ApprovalNotApproved) as info:
+            await store.consume_approval(a, now=NOW + 1)
+        assert info.value.status == status
+    with pytest.raises(RecordNotFound):
+        await store.consume_approval("missing", now=NOW)
+
+
+# -- idempotency ledger ---------------------------------------------------------------------
+@all_backends
+async def test_same_key_replayed_1000_times_handler_runs_once(store: Store) -> None:
+    runs = 0
+    decisions: list[str] = []
+    for i in range(1001):
+        d = await store.ledger_begin(T, "refund-42", "digest-A", f"attempt-{i}", now=NOW + i)
+        decisions.append(type(d).__name__)
+        if isinstance(d, Began):
+            runs += 1
+            await store.ledger_finish(
+                T, "refund-42", f"attempt-{i}", LedgerState.SUCCEEDED, b'{"id":7}', now=NOW
+            )
+        else:
+            assert d == Replay(state=LedgerState.SUCCEEDED, result=b'{"id":7}')
+    assert runs == 1 and decisions.count("Replay") == 1000
+
+
+@all_backends
+async def test_same_key_changed_request_is_a_conflict(store: Store) -> None:
+    d = await store.ledger_begin(T, "k", "digest-A", "a1", now=NOW)
+    assert isinstance(d, Began) and d.record.owner == "a1"
+    assert await store.ledger_begin(T, "k", "digest-B", "a2", now=NOW) == Conflict(
+        stored_digest="digest-A"
+    )
+    await store.ledger_finish(T, "k", "a1", LedgerState.FAILED, b"boom", now=NOW + 1)
+    assert await store.ledger_begin(T, "k", "digest-B", "a3", now=NOW + 2) == Conflict(
+        stored_digest="digest-A"
+    )
+    assert await store.ledger_begin(T, "k", "digest-A", "a3", now=NOW + 2) == Replay(
+        state=LedgerState.FAILED, result=b"boom"
+    )
+    # Keys are per tenant.
+    assert isinstance(await store.ledger_begin("tenant-b", "k", "digest-B", "b", now=NOW), Began)
+
+
+@all_backends
+async def test_64_coroutines_on_one_key_one_began(store: Store) -> None:
+    decisions: list[Any] = []
+
+    async def attempt(i: int) -> None:
+        decisions.append(await store.ledger_begin(T, "k", "D", f"c{i}", now=NOW))
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for i in range(64):
+                tg.start_soon(attempt, i)
+    began = [d for d in decisions if isinstance(d, Began)]
+    assert len(began) == 1
+    assert all(
+        isinstance(d, InFlight) and d.owner == began[0].record.owner
+        for d in decisions
+        if d is not began[0]
+    )
+
+
+@one_loop
+@durable
+async def test_64_coroutines_and_8_processes_on_one_key_one_began(
+    store: Store, store_url: str
+) -> None:
+    local: list[str] = []
+
+    async def coroutines() -> None:
+        async def attempt(i: int) -> None:
+            d = await store.ledger_begin(T, "k", "D", f"c{i}", now=1000.0)
+            local.append(type(d).__name__)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(64):
+                tg.start_soon(attempt, i)
+
+    remote = await race_processes(
+        [["begin", store_url, T, "k", "D", f"p{i}"] for i in range(8)], during=coroutines
+    )
+    names = local + [r["decision"] for r in remote]
+    assert len(names) == 72
+    assert names.count("Began") == 1 and names.count("InFlight") == 71
+
+
+@all_backends
+async def test_in_flight_past_lease_is_unknown_never_free(store: Store) -> None:
+    await store.ledger_begin(T, "k", "D", "dead", now=NOW)
+    almost = NOW + LEDGER_IN_FLIGHT_LEASE - 1
+    assert isinstance(await store.ledger_begin(T, "k", "D", "r1", now=almost), InFlight)
+    d = await store.ledger_begin(T, "k", "D", "r1", now=NOW + LEDGER_IN_FLIGHT_LEASE)
+    assert isinstance(d, Unknown) and d.stale_in_flight and d.record.owner == "r1"
+    # The reconciler holds it: another attempt is told "in flight", not handed the key.
+    other = await store.ledger_begin(T, "k", "D", "r2", now=NOW + LEDGER_IN_FLIGHT_LEASE + 1)
+    assert isinstance(other, InFlight) and other.state is LedgerState.UNKNOWN
+    # The presumed-dead owner comes back: its record write is refused.
+    with pytest.raises(LedgerOwnershipLost):
+        await store.ledger_finish(T, "k", "dead", LedgerState.SUCCEEDED, b"x", now=NOW + 1)
+    done = await store.ledger_resolve_unknown(
+        T, "k", "r1", LedgerState.SUCCEEDED, b"found", now=NOW + LEDGER_IN_FLIGHT_LEASE + 2
+    )
+    assert (done.state, done.owner, done.result) == (LedgerState.SUCCEEDED, None, b"found")
+    assert await store.ledger_begin(T, "k", "D", "r3", now=NOW) == Replay(
+        state=LedgerState.SUCCEEDED, result=b"found"
+    )
+
+
+@all_backends
+async def test_marked_unknown_goes_to_reconcile_immediately(store: Store) -> None:
+    await store.ledger_begin(T, "k", "D", "a1", now=NOW)
+    row = await store.ledger_mark_unknown(T, "k", "a1", now=NOW + 1)
+    assert (row.state, row.owner) == (LedgerState.UNKNOWN, None)
+    d = await store.ledger_begin(T, "k", "D", "a2", now=NOW + 2)
+    assert isinstance(d, Unknown) and not d.stale_in_flight and d.record.owner == "a2"
+    # A reconciler that itself gives up releases the key again.
+    await store.ledger_mark_unknown(T, "k", "a2", now=NOW + 3)
+    d3 = await store.ledger_begin(T, "k", "D", "a3", now=NOW + 4)
+    assert isinstance(d3, Unknown) and d3.record.owner == "a3"
+    with pytest.raises(LedgerOwnershipLost):  # a2 no longer owns it
+        await store.ledger_resolve_unknown(T, "k", "a2", LedgerState.FAILED, None, now=NOW + 5)
+    await store.ledger_resolve_unknown(T, "k", "a3", LedgerState.FAILED, b"absent", now=NOW + 5)
+    assert (await store.ledger_get(T, "k")) is not None
+
+
+@all_backends
+async def test_ledger_writes_require_ownership_and_terminal_states(store: Store) -> None:
+    await store.ledger_begin(T, "k", "D", "a1", now=NOW)
+    with pytest.raises(LedgerOwnershipLost):
+        await store.ledger_finish(T, "k", "intruder", LedgerState.SUCCEEDED, None, now=NOW)
+    with pytest.raises(ConfigError):
+        await store.ledger_finish(T, "k", "a1", LedgerState.UNKNOWN, None, now=NOW)
+    with pytest.raises(LedgerOwnershipLost):  # resolve is only for unknown rows
+        await store.ledger_resolve_unknown(T, "k", "a1", LedgerState.SUCCEEDED, None, now=NOW)
+    await store.ledger_finish(T, "k", "a1", LedgerState.SUCCEEDED, None, now=NOW)
+    with pytest.raises(LedgerOwnershipLost):  # finished is final
+        await store.ledger_finish(T, "k", "a1", LedgerState.FAILED, None, now=NOW)
+    with pytest.raises(LedgerOwnershipLost):
+        await store.ledger_mark_unknown(T, "k", "a1", now=NOW)
+    with pytest.raises(RecordNotFound):
+        await store.ledger_finish(T, "nope", "a1", LedgerState.SUCCEEDED, None, now=NOW)
+
+
+@all_backends
+async def test_prune_removes_only_old_finished_rows(store: Store) -> None:
+    old, recent = NOW, NOW + LEDGER_RETENTION
+    for key, state in (
+        ("old-ok", LedgerState.SUCCEEDED),
+        ("old-failed", LedgerState.FAILED),
+        ("old-unknown", LedgerState.UNKNOWN),
+        ("old-in-flight", LedgerState.IN_FLIGHT),
+        ("new-ok", LedgerState.SUCCEEDED),
+    ):
+        at = recent if key.startswith("new") else old
+        await store.ledger_begin(T, key, "D", "o", now=at)
+        if state in (LedgerState.SUCCEEDED, LedgerState.FAILED):
+            await store.ledger_finish(T, key, "o", state, b"r", now=at)
+        elif state is LedgerState.UNKNOWN:
+            await store.ledger_mark_unknown(T, key, "o", now=at)
+    now = recent + 1  # old rows are LEDGER_RETENTION + 1 s old, new ones 1 s
+    assert await store.prune_ledger(now=now) == 2
+    left = {
+        k
+        for k in ("old-ok", "old-failed", "old-unknown", "old-in-flight", "new-ok")
+        if await store.ledger_get(T, k) is not None
+    }
+    assert left == {"old-unknown", "old-in-flight", "new-ok"}
+    # Even a window of zero never touches unknown or in-flight rows.
+    assert await store.prune_ledger(now=now + 10**9, older_than=0) == 1
+    assert await store.ledger_get(T, "old-unknown") is not None
+    assert await store.ledger_get(T, "old-in-flight") is not None
+
+
+# -- migrations, URLs, busy handling --------------------------------------------------------
+@one_loop
+@durable
+async def test_migrations_are_idempotent_and_safe_for_concurrent_starters(
+    store_url: str,
+) -> None:
+    # 6 fresh processes start on an empty database at the same moment.
+    results = await race_processes([["migrate", store_url] for _ in range(6)])
+    assert results == [{"ok": True}] * 6
+    async with make_store(store_url) as s:  # and once more, in-process
+        await s.create_operation(op())
+    rows = await schema_versions(store_url)
+    assert rows == [1]
+
+
+async def schema_versions(url: str) -> list[int]:
+    s = open_store(url)
+    if isinstance(s, SQLiteStore):
+        with sqlite3.connect(s.path) as conn:
+            return [r[0] for r in conn.execute("SELECT version FROM schema_version")]
+    assert isinstance(s, PostgresStore)
+    import asyncpg
+
+    conn = await asyncpg.connect(s.url, server_settings={"search_path": s.schema or "public"})
+    try:
+        return [r[0] for r in await conn.fetch("SELECT version FROM schema_version")]
+    finally:
+        await conn.close()
+
+
+@durable
+async def test_schema_newer_than_code_is_refused(store: Store, store_url: str) -> None:
+    if isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as conn:
+            conn.execute("INSERT INTO schema_version VALUES (999, 'future', 0)")
+    else:
+        assert isinstance(store, PostgresStore)
+        import asyncpg
+
+        conn = await asyncpg.connect(store.url, server_settings={"search_path": store.schema})
+        await conn.execute("INSERT INTO schema_version VALUES (999, 'future', 0)")
+        await conn.close()
+    with pytest.raises(SchemaTooNew):
+        async with make_store(store_url):
+            pass
+
+
+async def test_sqlite_busy_never_escapes_untyped(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    async with SQLiteStore(path):
+        pass
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process holding the write lock
+    try:
+        async with SQLiteStore(path, busy_timeout=0.01, max_attempts=3) as s:
+            assert await s.get_operation("x") is None  # WAL: readers still read
+            with pytest.raises(StoreBusy) as info:
+                await s.create_operation(op())
+            assert isinstance(info.value, StoreError)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+
+
+async def test_store_refuses_use_before_start(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="not started"):
+        await SQLiteStore(tmp_path / "x.db").get_operation("x")
+
+
+def test_open_store_urls(tmp_path: Path) -> None:
+    s = open_store(f"sqlite:///{tmp_path}/a.db")
+    assert isinstance(s, SQLiteStore) and s.path == f"{tmp_path}/a.db"
+    rel = open_store("sqlite:///rel/a.db")
+    assert isinstance(rel, SQLiteStore) and rel.path == "rel/a.db"
+    d = open_store(None, default_path=tmp_path / "d.db")
+    assert isinstance(d, SQLiteStore) and d.path == str(tmp_path / "d.db")
+    pg = open_store("postgresql://u:p@h:5/db?schema=cg&sslmode=disable")
+    assert isinstance(pg, PostgresStore)
+    assert (pg.schema, pg.url) == ("cg", "postgresql://u:p@h:5/db?sslmode=disable")
+    assert isinstance(open_store("postgres://h/db"), PostgresStore)
+    for bad in ("mysql://h/db", "sqlite://", "sqlite:///", "sqlite://host/x.db"):
+        with pytest.raises(ConfigError):
+            open_store(bad)
+    with pytest.raises(ConfigError):
+        open_store(None)
+    with pytest.raises(ConfigError):
+        open_store("postgresql://h/db?schema=Robert'); DROP")
