@@ -32,8 +32,12 @@ def run(events: list[EngineEvent], limits: Limits | None = None) -> TurnOutcome:
     return turn.outcome()
 
 
-def call(index: int, args: list[str], done: bool = True, call_id: str | None = "c") -> list[EngineEvent]:
-    evs: list[EngineEvent] = [CallStarted(index=index, name="f", call_id=f"{call_id}{index}" if call_id else None)]
+def call(
+    index: int, args: list[str], done: bool = True, call_id: str | None = "c"
+) -> list[EngineEvent]:
+    evs: list[EngineEvent] = [
+        CallStarted(index=index, name="f", call_id=f"{call_id}{index}" if call_id else None)
+    ]
     evs += [ArgumentsDelta(index, a) for a in args]
     if done:
         evs.append(CallDone(index))

@@ -13,10 +13,32 @@ ENGINE = ROOT / "engine"
 
 # Modules that perform or schedule I/O, or read the clock.
 FORBIDDEN = {
-    "anyio", "asyncio", "httpx", "httpx_sse", "socket", "ssl", "select", "selectors",
-    "sqlite3", "asyncpg", "psycopg", "subprocess", "threading", "multiprocessing",
-    "time", "datetime", "urllib", "http", "io", "os", "pathlib", "shutil", "tempfile",
-    "uvloop", "signal", "logging",
+    "anyio",
+    "asyncio",
+    "httpx",
+    "httpx_sse",
+    "socket",
+    "ssl",
+    "select",
+    "selectors",
+    "sqlite3",
+    "asyncpg",
+    "psycopg",
+    "subprocess",
+    "threading",
+    "multiprocessing",
+    "time",
+    "datetime",
+    "urllib",
+    "http",
+    "io",
+    "os",
+    "pathlib",
+    "shutil",
+    "tempfile",
+    "uvloop",
+    "signal",
+    "logging",
 }
 
 

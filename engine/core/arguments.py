@@ -14,6 +14,7 @@ them into floats, silently changing the value).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
@@ -100,8 +101,6 @@ def _check_structure(root: dict[str, Any], raw: bytes, max_depth: int) -> None:
 
 
 def _check_duplicates_slow(raw: bytes) -> None:
-    import json  # only on the rare escaped-colon path
-
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         if len({k for k, _ in pairs}) != len(pairs):
             raise ArgumentsRejected("arguments contain a duplicate key")

@@ -15,6 +15,7 @@ another process. This module never reads a clock and never awaits.
 from __future__ import annotations
 
 import enum
+import hmac
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -381,7 +382,11 @@ class BudgetTracker:
     def _assess(self, tool: str, digest: str) -> Admission:
         s, b = self._s, self._budgets
         for other in s.turn_admissions.values():
-            if other.admission.ok and other.tool == tool and other.args_digest == digest:
+            if (
+                other.admission.ok
+                and other.tool == tool
+                and hmac.compare_digest(other.args_digest, digest)
+            ):
                 return Admission(
                     kind=AdmissionKind.NO_PROGRESS,
                     reason="identical to another call in this response",
@@ -426,7 +431,7 @@ class BudgetTracker:
             )
             informative = True
         else:
-            informative = previous.result_digest != result_digest
+            informative = not hmac.compare_digest(previous.result_digest, result_digest)
             previous.turn = s.turns
             previous.result_digest = result_digest
             previous.count += 1

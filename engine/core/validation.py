@@ -23,6 +23,7 @@ and never looks a tool up anywhere but the registry it is given.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -213,7 +214,7 @@ def _validate_one(
     decision = approvals.get(call.call_id)
     if decision is None:
         return NeedsApproval(call=call, spec=spec, args=args, args_digest=digest)
-    if decision.args_digest != digest:
+    if not hmac.compare_digest(decision.args_digest, digest):
         reason = f"approval {decision.approval_id} was given for different arguments"
         return _reject(call, ErrorCode.DENIED, reason, spec)
     if decision.expired:

@@ -22,12 +22,21 @@ from typing import Any
 import anyio
 import msgspec
 
-from ..core.canonical import canonical_json
-from ..core.envelope import ErrorCode, ErrorEnvelope
-from ..core.outcome import ProposedCall
-from ..core.registry import AuthContext, ToolContext, ToolSpec
-from ..core.validation import Executable
-from ..store.base import Began, Conflict, InFlight, LedgerState, Replay, Store, Unknown
+from callgate.engine.core.canonical import canonical_json
+from callgate.engine.core.envelope import ErrorCode, ErrorEnvelope
+from callgate.engine.core.outcome import ProposedCall
+from callgate.engine.core.registry import AuthContext, ToolContext, ToolSpec
+from callgate.engine.core.validation import Executable
+from callgate.engine.store.base import (
+    Began,
+    Conflict,
+    InFlight,
+    LedgerState,
+    Replay,
+    Store,
+    Unknown,
+)
+
 from .progress import CallFinished, ProgressEvent
 from .telemetry import tool_span
 
@@ -285,7 +294,7 @@ async def _invoke(spec: ToolSpec, args: Any, tool_ctx: ToolContext) -> Any:
     )
 
 
-async def _reconcile(
+async def _reconcile(  # noqa: PLR0917 - internal helper, called once
     item: Executable,
     key: str,
     owner: str,

@@ -21,20 +21,33 @@ import anyio
 import httpx
 import msgspec
 
-from ..core.adapter import EncodeSide, ModelResult, load_adapter
-from ..core.audit import GENESIS, AuditChain, AuditRecord
-from ..core.binding import BindingContext, BoundResult, TrustedCall, bind, to_model_result
-from ..core.canonical import canonical_json, sha256_hex
-from ..core.correlation import verify_result_set
-from ..core.errors import BindingError, ConfigError, StoreError
-from ..core.events import CallStarted, EngineEvent, TextDelta
-from ..core.guards import BudgetTracker, Budgets, ExhaustedBudget
-from ..core.ids import new_approval_id, new_operation_id
-from ..core.limits import DEFAULT_LIMITS, Limits
-from ..core.outcome import ProposedCall, TurnOutcome
-from ..core.registry import AuthContext, Registry
-from ..core.states import TERMINAL, OpInput, OpState, StopInfo, input_for_outcome, transition
-from ..core.validation import (
+from callgate.engine.core.adapter import EncodeSide, ModelResult, load_adapter
+from callgate.engine.core.audit import GENESIS, AuditChain, AuditRecord
+from callgate.engine.core.binding import (
+    BindingContext,
+    BoundResult,
+    TrustedCall,
+    bind,
+    to_model_result,
+)
+from callgate.engine.core.canonical import canonical_json, sha256_hex
+from callgate.engine.core.correlation import verify_result_set
+from callgate.engine.core.errors import BindingError, ConfigError, StoreError
+from callgate.engine.core.events import CallStarted, EngineEvent, TextDelta
+from callgate.engine.core.guards import Budgets, BudgetTracker, ExhaustedBudget
+from callgate.engine.core.ids import new_approval_id, new_operation_id
+from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
+from callgate.engine.core.outcome import ProposedCall, TurnOutcome
+from callgate.engine.core.registry import AuthContext, Registry
+from callgate.engine.core.states import (
+    TERMINAL,
+    OpInput,
+    OpState,
+    StopInfo,
+    input_for_outcome,
+    transition,
+)
+from callgate.engine.core.validation import (
     ApprovalDecision,
     Executable,
     NeedsApproval,
@@ -43,7 +56,8 @@ from ..core.validation import (
     turn_input,
     validate_turn,
 )
-from ..store.base import ApprovalRecord, ApprovalStatus, OperationRecord, Store
+from callgate.engine.store.base import ApprovalRecord, ApprovalStatus, OperationRecord, Store
+
 from .dispatch import CallResult, DispatchContext, execute_calls
 from .progress import (
     ApprovalRequested,
@@ -588,7 +602,7 @@ class _Run:
         summaries: list[CallSummary] = []
         for v in verdicts:
             call = v.call
-            spec = v.spec if not isinstance(v, Rejected) else v.spec
+            spec = v.spec
             key = results[call.call_id].idempotency_key if call.call_id in results else None
             ctx = BindingContext(
                 provider=r.provider,
