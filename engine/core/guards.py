@@ -15,13 +15,13 @@ another process. This module never reads a clock and never awaits.
 from __future__ import annotations
 
 import enum
-import hmac
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 import msgspec
 
+from .canonical import digests_equal
 from .envelope import ErrorCode
 from .errors import ConfigError
 from .outcome import Usage
@@ -385,7 +385,7 @@ class BudgetTracker:
             if (
                 other.admission.ok
                 and other.tool == tool
-                and hmac.compare_digest(other.args_digest, digest)
+                and digests_equal(other.args_digest, digest)
             ):
                 return Admission(
                     kind=AdmissionKind.NO_PROGRESS,
@@ -431,7 +431,7 @@ class BudgetTracker:
             )
             informative = True
         else:
-            informative = not hmac.compare_digest(previous.result_digest, result_digest)
+            informative = not digests_equal(previous.result_digest, result_digest)
             previous.turn = s.turns
             previous.result_digest = result_digest
             previous.count += 1

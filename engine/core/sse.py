@@ -10,11 +10,13 @@ bound, and it decodes every byte to ``str`` before splitting.
 
 How it stays fast: CR and LF are ASCII, so the decoder splits raw bytes (a multi-byte
 UTF-8 character can never be cut by a split). Each chunk is scanned by C-level
-``bytes`` methods only: CR/CRLF are normalised to LF, the complete part is split on
-``b"\\n\\n"`` into event blocks, and the overwhelmingly common block, a single
-``data:`` line, becomes an event without a per-line loop. Everything else goes through
-the general per-line path. An unterminated tail is kept as a list of chunks, so a long
-line is never rescanned or recopied until its line end arrives.
+``bytes`` methods: CR/CRLF are normalised to LF, then a chunk made only of
+``data: <value>`` events is split into values by one ``split`` call; otherwise the
+complete part is split on ``b"\\n\\n"`` into event blocks, and the common block shapes
+(one ``data:`` line, or ``event:`` + ``data:``) become events without a per-line loop.
+Everything else goes through the general per-line path. An unterminated line is kept
+as the pieces it arrived in, so a long line is never rescanned or recopied until its
+line end arrives, and per-line length checks run only on chunks longer than a cap.
 """
 
 from __future__ import annotations
@@ -154,7 +156,9 @@ class SSEDecoder:
                 if data[-1] == _CR:
                     self._cr = True
                     self._plain = False
-                data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+                data = data.replace(b"\r\n", b"\n")
+                if _CR in data:  # a bare CR; rare, and replace() scans the whole chunk
+                    data = data.replace(b"\r", b"\n")
             end = data.rfind(b"\n") + 1
             if not end:
                 self._buffer(data)

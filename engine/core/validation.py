@@ -23,12 +23,12 @@ and never looks a tool up anywhere but the registry it is given.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
+from .canonical import digests_equal
 from .envelope import ErrorCode, ErrorEnvelope, safe_validation_detail
 from .errors import ConfigError
 from .guards import BudgetTracker
@@ -214,7 +214,7 @@ def _validate_one(
     decision = approvals.get(call.call_id)
     if decision is None:
         return NeedsApproval(call=call, spec=spec, args=args, args_digest=digest)
-    if not hmac.compare_digest(decision.args_digest, digest):
+    if not digests_equal(decision.args_digest, digest):
         reason = f"approval {decision.approval_id} was given for different arguments"
         return _reject(call, ErrorCode.DENIED, reason, spec)
     if decision.expired:

@@ -11,11 +11,11 @@ expired is *recorded* as expired), commit, then raise the error.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Collection
 
 from msgspec.structs import replace
 
+from callgate.engine.core.canonical import digests_equal
 from callgate.engine.core.errors import ConfigError, StaleWriteError
 
 from .base import (
@@ -179,8 +179,8 @@ def begin(
 ) -> tuple[LedgerDecision, LedgerRecord | None]:
     """Decision for an existing row, plus the row to write (None: no write). A missing row
     is the caller's insert of ``fresh_ledger`` -> Began."""
-    # Compared as bytes: compare_digest refuses non-ASCII str, and a digest is caller data.
-    if not hmac.compare_digest(current.request_digest.encode(), request_digest.encode()):
+    # Constant time, and safe on non-ASCII text: a digest here is caller data.
+    if not digests_equal(current.request_digest, request_digest):
         return Conflict(stored_digest=current.request_digest), None
     if current.state in FINISHED:
         return Replay(state=current.state, result=current.result), None

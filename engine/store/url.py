@@ -2,7 +2,8 @@
 
 Accepted forms:
 - ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` (three slashes, then
-  the path: the SQLAlchemy convention), also ``sqlite:///~/x.db``;
+  the path: the SQLAlchemy convention), also ``sqlite:///~/x.db``; one option,
+  ``?synchronous=NORMAL`` (default FULL: see SQLiteStore for the durability trade-off);
 - ``postgresql://user:pass@host:port/db`` (or ``postgres://``), optionally with
   ``?schema=name`` to keep callgate's tables in their own PostgreSQL schema; other query
   parameters are passed to asyncpg (e.g. ``sslmode``).
@@ -12,6 +13,7 @@ Accepted forms:
 from __future__ import annotations
 
 import os
+from typing import Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from callgate.engine.core.errors import ConfigError
@@ -21,6 +23,12 @@ from .postgres import PostgresStore
 from .sqlite import SQLiteStore
 
 __all__ = ["open_store", "redact_url"]
+
+_SYNC_MODES: dict[str, Literal["FULL", "NORMAL", "EXTRA"]] = {
+    "FULL": "FULL",
+    "NORMAL": "NORMAL",
+    "EXTRA": "EXTRA",
+}
 
 
 def open_store(url: str | None, *, default_path: str | os.PathLike[str] | None = None) -> Store:
@@ -34,7 +42,11 @@ def open_store(url: str | None, *, default_path: str | os.PathLike[str] | None =
     if scheme == "sqlite":
         if parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:
             raise ConfigError(f"SQLite URL must be sqlite:///path, got {redact_url(url)!r}")
-        return SQLiteStore(os.path.expanduser(parts.path[1:]))
+        options = dict(parse_qsl(parts.query, keep_blank_values=True))
+        sync = options.pop("synchronous", "FULL").upper()
+        if options or sync not in _SYNC_MODES:
+            raise ConfigError(f"SQLite URL options: synchronous=FULL|NORMAL|EXTRA, got {url!r}")
+        return SQLiteStore(os.path.expanduser(parts.path[1:]), synchronous=_SYNC_MODES[sync])
     if scheme in ("postgresql", "postgres"):
         query = parse_qsl(parts.query, keep_blank_values=True)
         schema = next((v for k, v in query if k == "schema"), None)
