@@ -6,9 +6,9 @@ processes race correctly.
 
 Racing commands (claim, begin, migrate) open the store, print ``ready``, block until a
 line arrives on stdin (the parent's start signal, sent once every child is ready), act,
-and print one JSON line. ``zygote`` serves tests/test_crash_injection.py: it forks workers that run keys
-through begin -> effect -> finish and, with CALLGATE_CRASH_AT=N, SIGKILL themselves at
-their N-th checkpoint (or are killed after a seeded delay).
+and print one JSON line. ``zygote`` serves tests/test_crash_injection.py: it forks
+workers that run keys through begin -> effect -> finish and, with CALLGATE_CRASH_AT=N,
+SIGKILL themselves at their N-th checkpoint (or are killed after a seeded delay).
 """
 
 from __future__ import annotations
@@ -139,6 +139,7 @@ async def effects_worker(url: str, effects: str, now: float, keys: list[str], re
         os.write(ready, b"r")  # the zygote may time a kill from here
         for k in keys:
             await run_key(store, effects, k, owner, now=now, point=point)
+        os.write(ready, b"d")  # work done (closing the store is not part of it)
 
 
 def zygote(url: str, effects: str) -> None:
@@ -148,7 +149,8 @@ def zygote(url: str, effects: str) -> None:
     event loop) gives every attempt a real, separate process without paying interpreter
     start-up each time, which is what lets the test afford hundreds of kills.
     Request: {"keys": [...], "now": float, "crash_at": int | null, "kill_after": float | null}
-    Reply:   {"killed": bool, "code": int | null}
+    Reply:   {"killed": bool, "code": int | null, "done": bool (the work finished),
+              "ran_for": seconds from the store being open to the work's end or death}
     """
     for line in sys.stdin:
         req = json.loads(line)
@@ -167,14 +169,18 @@ def zygote(url: str, effects: str) -> None:
             os._exit(code)  # never run the zygote's cleanup in the worker
         os.close(w)
         os.read(r, 1)  # b"r" once the worker's store is open; b"" if it died first
+        started = time.perf_counter()
         if req["kill_after"] is not None:
             time.sleep(req["kill_after"])  # the seeded delay *is* the injected fault
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        done = os.read(r, 1) == b"d"
+        ran_for = time.perf_counter() - started
         _, status = os.waitpid(pid, 0)
         os.close(r)
         killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-        _out({"killed": killed, "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None})
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+        _out({"killed": killed, "code": code, "done": done, "ran_for": ran_for})
 
 
 COMMANDS = {

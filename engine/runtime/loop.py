@@ -32,6 +32,7 @@ from callgate.engine.core.binding import (
 )
 from callgate.engine.core.canonical import canonical_json, sha256_hex
 from callgate.engine.core.correlation import verify_result_set
+from callgate.engine.core.envelope import ErrorCode
 from callgate.engine.core.errors import BindingError, ConfigError, StoreError
 from callgate.engine.core.events import CallStarted, EngineEvent, TextDelta
 from callgate.engine.core.guards import Budgets, BudgetTracker, ExhaustedBudget
@@ -57,6 +58,7 @@ from callgate.engine.core.validation import (
     validate_turn,
 )
 from callgate.engine.store.base import ApprovalRecord, ApprovalStatus, OperationRecord, Store
+from callgate.engine.store.errors import ApprovalExpired
 
 from .dispatch import CallResult, DispatchContext, execute_calls
 from .progress import (
@@ -176,6 +178,8 @@ class Runner:
         self.worker_id = worker_id or "w_" + secrets.token_hex(6)
         self._approval_ttl = approval_ttl
         self._clock = clock
+        # Per-tool concurrency limits hold across every operation this runner drives.
+        self._tool_limiters: dict[str, anyio.CapacityLimiter] = {}
 
     # --- public entry points -------------------------------------------------------------
 
@@ -296,8 +300,8 @@ class Runner:
                 try:
                     record = await store.consume_approval(approval_id, now=now)
                     approved = True
-                except StoreError:
-                    expired = now >= record.expires_at
+                except ApprovalExpired:  # approved too late; other store errors propagate
+                    expired = True
             elif record.status is ApprovalStatus.PENDING:
                 if now < record.expires_at:
                     return None
@@ -480,6 +484,23 @@ class _Run:
         if event is OpInput.TRANSIENT_FAILURE:
             # The transport already retried within its policy: what reaches us is final.
             event = OpInput.API_FAILURE
+        if (
+            not outcome.complete
+            and event is not OpInput.PAUSED
+            and anyio.current_time() >= deadline
+        ):
+            # The turn was cut because the operation ran out of time (the transport stops
+            # at this same deadline): that is the deadline's doing, not the provider's.
+            snap.text = outcome.text or outcome.refusal or snap.text
+            await self.exhausted(
+                ExhaustedBudget(
+                    budget="deadline_seconds",
+                    limit=str(r.budgets.deadline_seconds),
+                    used=f"{self.tracker.elapsed(r._clock()):.3f}",
+                    input=OpInput.DEADLINE,
+                )
+            )
+            return
         if event is OpInput.PAUSED:
             snap.messages.extend(r._adapter.assistant_echo(outcome))
             await self.to(event)
@@ -549,13 +570,18 @@ class _Run:
                 progress=r._progress,
                 provider=r.provider,
                 model=r.model,
+                tool_limiters=r._tool_limiters,
             )
             remaining = self.tracker.remaining_seconds(r._clock())
             for res in await execute_calls(executables, ctx, remaining_seconds=remaining):
                 results[res.call.call_id] = res
-                self.tracker.record_result(
-                    res.tool, res.args_digest, sha256_hex(canonical_json(res.model_result))
-                )
+                if res.status != ErrorCode.OUTCOME_UNKNOWN.value:
+                    # An unknown outcome carries no information and must stay retryable:
+                    # the model's retry (same intent, new call id) is the recovery path,
+                    # reconciled by idempotency key, so it is no duplicate.
+                    self.tracker.record_result(
+                        res.tool, res.args_digest, sha256_hex(canonical_json(res.model_result))
+                    )
                 await self.record(
                     "executed",
                     call=res.call,
@@ -600,9 +626,32 @@ class _Run:
         trusted: list[TrustedCall] = []
         bound: list[BoundResult] = []
         summaries: list[CallSummary] = []
-        for v in verdicts:
+        # A repeated call id cannot carry a result of its own: providers key results by
+        # call id (and verify_result_set refuses two results for one key), so the first
+        # occurrence's result answers it. The repeat is audited and summarised, not sent.
+        repeats: list[tuple[int, CallSummary]] = []
+        for position, v in enumerate(verdicts):
             call = v.call
             spec = v.spec
+            if isinstance(v, Rejected) and v.envelope.code is ErrorCode.DUPLICATE_CALL:
+                code = ErrorCode.DUPLICATE_CALL.value
+                await self.emit(
+                    CallRejected(
+                        operation_id=snap.operation_id,
+                        call_id=call.call_id,
+                        name=call.name,
+                        code=code,
+                    )
+                )
+                summary = CallSummary(
+                    turn=self.tracker.turns,
+                    response_id=outcome.response_id,
+                    call_id=call.call_id,
+                    tool=call.name,
+                    status=code,
+                )
+                repeats.append((position, summary))
+                continue
             key = results[call.call_id].idempotency_key if call.call_id in results else None
             ctx = BindingContext(
                 provider=r.provider,
@@ -681,6 +730,8 @@ class _Run:
                     "binding_sha256": pa.binding_sha256,
                 },
             )
+        for position, summary in repeats:  # ascending: each lands at its proposal position
+            summaries.insert(position, summary)
         snap.calls.extend(summaries)
         snap.approvals = {}
         return [to_model_result(b) for b in verified]

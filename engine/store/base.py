@@ -6,36 +6,43 @@ state transitions, the backends own only locking and I/O. It never does I/O and 
 reads a clock: every timestamp (``now``, ``created_at``...) is passed in by the caller, in
 epoch seconds, so a test or a recovery can place itself anywhere on the time line.
 
-Contract summary (the conformance suite in tests/test_store_conformance.py checks it):
+Contract summary (the conformance suite in tests/test_store_conformance.py checks it);
+``now`` is keyword-only everywhere, so a float cannot land in the wrong slot:
 
 Operations (optimistic concurrency + fencing):
-    create_operation(rec)                -> rec with version=1         | DuplicateRecord
+    create_operation(rec)                  -> rec stored with version=1  | DuplicateRecord
     save_operation(rec, expected_version, fencing_token)
-        writes state/owner/snapshot/updated_at, version += 1       | StaleWriteError
-    claim_operation(id, worker, now, from_states, stale_after=None) -> new token | None
+        writes state/owner/snapshot/updated_at, version += 1  | StaleWriteError, RecordNotFound
+    claim_operation(id, worker, now=, from_states=None, stale_after=None) -> token | None
         exactly one concurrent claimer wins; the winner's token is the old one + 1, so
         every write still carrying the old token is rejected (a stale worker is fenced).
+        Saving owner=None releases; stale_after lets a claimer take over from an owner
+        that has not written for that long (a crashed worker).
 
-Approvals (first decision wins, single use):
-    decide_approval: pending -> approved/denied; any other status -> ApprovalAlreadyDecided;
-        at/after expires_at -> the row becomes ``expired`` and ApprovalExpired is raised.
-    consume_approval: approved -> consumed (once); at/after expires_at -> expired +
-        ApprovalExpired; pending/denied -> ApprovalNotApproved; consumed ->
+Approvals (born pending; first decision wins; single use):
+    decide_approval(id, approve, approver, reason, now=): pending -> approved/denied;
+        any other status -> ApprovalAlreadyDecided; at/after expires_at -> the row
+        becomes ``expired`` (committed) and ApprovalExpired is raised.
+    consume_approval(id, now=): approved -> consumed (once); at/after expires_at ->
+        expired + ApprovalExpired; pending/denied -> ApprovalNotApproved; consumed ->
         ApprovalAlreadyConsumed.
 
 Idempotency ledger, keyed by (tenant, key):
-    ledger_begin -> Began | Replay | Conflict | InFlight | Unknown   (see ``LedgerDecision``)
-    ledger_finish        in_flight (mine) -> succeeded | failed
-    ledger_mark_unknown  in_flight|unknown (mine) -> unknown, owner released
+    ledger_begin(t, k, digest, owner, now=, lease=) -> Began | Replay | Conflict |
+        InFlight | Unknown   (see the decision classes)
+    ledger_finish           in_flight (mine) -> succeeded | failed
+    ledger_mark_unknown     in_flight|unknown (mine) -> unknown, owner released
     ledger_resolve_unknown  unknown (mine, taken via Unknown) -> succeeded | failed
-    prune_ledger         deletes finished rows only; unknown/in_flight are never pruned.
+    prune_ledger(now=, older_than=LEDGER_RETENTION): finished rows only; unknown and
+        in_flight rows are never pruned.
+    A write by an owner that does not hold the key raises LedgerOwnershipLost.
 
 The recovery protocol for a key whose outcome is unknown (handler timeout, crash):
-    d = await store.ledger_begin(t, k, digest, me, now)
+    d = await store.ledger_begin(t, k, digest, me, now=now)
     Unknown -> you now own the key: call the tool's reconcile hook (look the effect up
                downstream by key); found -> ledger_resolve_unknown(..., SUCCEEDED, result);
                provably absent -> execute now and resolve with the outcome. Never retry
-               under a new key.
+               under a new key. Mid-reconcile and giving up -> ledger_mark_unknown.
 """
 
 from __future__ import annotations

@@ -112,6 +112,7 @@ class MemoryStore(Store):
     # -- approvals -----------------------------------------------------------------------
     async def create_approval(self, record: ApprovalRecord) -> ApprovalRecord:
         await self._enter()
+        record = rules.new_approval(record)
         if record.approval_id in self._approvals:
             raise DuplicateRecord(f"approval {record.approval_id!r} exists")
         self._approvals[record.approval_id] = record

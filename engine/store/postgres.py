@@ -264,6 +264,7 @@ class PostgresStore(Store):
 
     # -- approvals -----------------------------------------------------------------------
     async def create_approval(self, record: ApprovalRecord) -> ApprovalRecord:
+        record = rules.new_approval(record)
         await self._insert(_AP_INSERT, approval_values(record), f"approval {record.approval_id!r}")
         return record
 

@@ -49,6 +49,7 @@ __all__ = [
     "finish",
     "fresh_ledger",
     "mark_unknown",
+    "new_approval",
     "new_operation",
     "resolve_unknown",
     "save",
@@ -84,7 +85,6 @@ def save(
 
 def claimable(
     current: OperationRecord,
-    worker_id: str,
     now: float,
     from_states: Collection[str] | None,
     stale_after: float | None,
@@ -103,7 +103,7 @@ def claim(
     from_states: Collection[str] | None,
     stale_after: float | None,
 ) -> OperationRecord | None:
-    if not claimable(current, worker_id, now, from_states, stale_after):
+    if not claimable(current, now, from_states, stale_after):
         return None
     return replace(
         current,
@@ -115,6 +115,15 @@ def claim(
 
 
 # -- approvals -----------------------------------------------------------------------------
+def new_approval(record: ApprovalRecord) -> ApprovalRecord:
+    """An approval is born pending and undecided: a decision only ever enters through
+    ``decide``, so the audit trail of who approved what cannot be forged at creation."""
+    undecided = (record.approver, record.reason, record.decided_at, record.consumed_at)
+    if record.status is not ApprovalStatus.PENDING or any(f is not None for f in undecided):
+        raise ConfigError(f"approval {record.approval_id!r} must be created pending, undecided")
+    return record
+
+
 def _expire(current: ApprovalRecord, now: float) -> tuple[ApprovalRecord, ApprovalError]:
     expired = replace(current, status=ApprovalStatus.EXPIRED)
     return expired, ApprovalExpired(
@@ -187,9 +196,12 @@ def begin(
     expired = now - current.updated_at >= lease
     if current.state is LedgerState.IN_FLIGHT and not expired:
         return InFlight(owner=current.owner, state=current.state, since=current.updated_at), None
-    if current.state is LedgerState.UNKNOWN and current.owner is not None and not expired:
+    if current.state is LedgerState.UNKNOWN and current.owner not in (None, owner) and not expired:
         # Someone took it for reconciliation and is (presumably) still at it.
         return InFlight(owner=current.owner, state=current.state, since=current.updated_at), None
+    # Free to reconcile: unknown and released, a lease that ran out, or our own reconcile
+    # being retried (reconciling is a lookup: doing it twice is harmless). Taking the key
+    # restarts its lease.
     taken = replace(current, state=LedgerState.UNKNOWN, owner=owner, updated_at=now)
     return Unknown(record=taken, stale_in_flight=current.state is LedgerState.IN_FLIGHT), taken
 

@@ -21,6 +21,10 @@ Concurrency design:
 - ``synchronous=FULL`` by default: a committed ledger row survives power loss, which is
   what stops a side effect from running twice after a host crash (NORMAL is faster but
   may lose the last commits on power loss; pass it only if a lost ``in_flight`` is fine).
+- Cancellation: a call already in its worker thread runs to its COMMIT or ROLLBACK before
+  the cancelled caller resumes; the caller then does not learn the outcome — the same
+  as a lost reply from a database server, and why claims have ``stale_after`` and the
+  ledger has leases.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Literal, TypeVar
 import anyio
 import anyio.to_thread
 
-from callgate.engine.core.errors import StoreError
+from callgate.engine.core.errors import ConfigError, StoreError
 
 from . import rules
 from .base import (
@@ -125,6 +129,8 @@ class SQLiteStore(Store):
         max_attempts: int = 10,
         synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL",
     ) -> None:
+        if synchronous not in ("FULL", "NORMAL", "EXTRA"):
+            raise ConfigError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
         self.path = os.fspath(path)
         self._pool_size = pool_size
         self._busy_timeout = busy_timeout
@@ -233,11 +239,20 @@ class SQLiteStore(Store):
                 raise StoreError(f"SQLite refused WAL mode for {self.path!r} (got {mode!r})")
             apply_sqlite(conn)
 
-        await self._read(migrate)  # apply_sqlite opens its own BEGIN IMMEDIATE
+        try:
+            await self._read(migrate)  # apply_sqlite opens its own BEGIN IMMEDIATE
+        except BaseException:
+            self._limiter = None  # not started: a later start() may try again
+            self._close_idle()
+            raise
 
     async def aclose(self) -> None:
         with self._pool_lock:
             self._closed = True
+        self._close_idle()
+
+    def _close_idle(self) -> None:
+        with self._pool_lock:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
@@ -298,6 +313,8 @@ class SQLiteStore(Store):
 
     # -- approvals -----------------------------------------------------------------------
     async def create_approval(self, record: ApprovalRecord) -> ApprovalRecord:
+        record = rules.new_approval(record)
+
         def body(conn: sqlite3.Connection) -> ApprovalRecord:
             try:
                 conn.execute(_AP_INSERT, approval_values(record))
