@@ -24,7 +24,7 @@ lint: typecheck
 	$(PYTHON) -m ruff format --check engine adapters
 
 demo:
-	$(PYTHON) -m callgate.engine.cli fixtures tests/fixtures
+	$(PYTHON) -m callgate.engine.cli demo
 
 bench:
 	$(PYTEST) bench -q --benchmark-only --benchmark-columns=median,ops --benchmark-sort=name -p no:randomly

@@ -189,6 +189,11 @@ class OpenAIResponsesStream:
             handler = _HANDLERS.get(name)
             if handler is None:
                 return []
+        if self._terminal and name not in _TERMINAL_EVENTS:
+            # Nothing follows the terminal event: a call added after it must not join
+            # (or hold open) a turn that already ended. (A second terminal event gets
+            # its own error from its handler.)
+            raise StreamProtocolError(f"openai_responses: {name} event after the terminal event")
         try:
             return handler(self, event.data)
         except msgspec.DecodeError as exc:

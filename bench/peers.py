@@ -243,7 +243,9 @@ def sdk_openai_chat(chunks: Iterable[bytes]) -> list[Call]:
     raw = openai.Stream(
         cast_to=ChatCompletionChunk, response=_response(chunks), client=_client("openai")
     )
-    stream = ChatCompletionStream(raw_stream=raw, response_format=openai.omit, input_tools=openai.omit)
+    stream = ChatCompletionStream(
+        raw_stream=raw, response_format=openai.omit, input_tools=openai.omit
+    )
     completion = stream.get_final_completion()
     message = completion.choices[0].message
     return [
@@ -257,7 +259,7 @@ def sdk_openai_responses(chunks: Iterable[bytes]) -> list[Call]:
     from openai.lib.streaming.responses import ResponseStream
     from openai.types.responses import ResponseStreamEvent
 
-    raw = openai.Stream(
+    raw: openai.Stream[Any] = openai.Stream(
         cast_to=ResponseStreamEvent,  # type: ignore[arg-type]
         response=_response(chunks),
         client=_client("openai"),
@@ -278,7 +280,7 @@ def sdk_anthropic(chunks: Iterable[bytes]) -> list[Call]:
     from anthropic.lib.streaming import MessageStream
     from anthropic.types import RawMessageStreamEvent
 
-    raw = anthropic.Stream(
+    raw: anthropic.Stream[Any] = anthropic.Stream(
         cast_to=RawMessageStreamEvent,  # type: ignore[arg-type]
         response=_response(chunks),
         client=_client("anthropic"),

@@ -56,12 +56,40 @@ KINDS = (
 PROVIDER = {kind: ("gemini" if kind == "gemini_vertex" else kind) for kind in KINDS}
 
 _ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-# Mostly ASCII words; a quote, a newline, a backslash and two non-ASCII characters make
-# the argument JSON carry escapes and multi-byte UTF-8, as real file contents do.
+# Mostly ASCII words; a quote, a newline, a backslash and two non-ASCII words make the
+# argument JSON carry escapes and multi-byte UTF-8, as real file contents do. The
+# non-ASCII characters are Latin-1 on purpose: one character outside it would make
+# CPython store the whole parsed string at 2 bytes per character, and the memory rows
+# would measure that instead of callgate's buffers.
 _WORDS = (
-    "the config value loop index return buffer stream parse token call result error "
-    "file path line offset request reply cache limit window"
-).split() + ['"quoted"', "\n", "\\", "café", "→"]
+    "the",
+    "config",
+    "value",
+    "loop",
+    "index",
+    "return",
+    "buffer",
+    "stream",
+    "parse",
+    "token",
+    "call",
+    "result",
+    "error",
+    "file",
+    "path",
+    "line",
+    "offset",
+    "request",
+    "reply",
+    "cache",
+    "limit",
+    "window",
+    '"quoted"',
+    "\n",
+    "\\",
+    "café",
+    "naïve",
+)
 
 
 @dataclass(frozen=True)
@@ -323,7 +351,7 @@ def _anthropic(rng: random.Random, calls: list[ExpectedCall], shape: Shape) -> l
 
     def start(k: int) -> str:
         c = calls[k]
-        block = {"type": "tool_use", "id": c.call_id, "name": c.name, "input": {}}
+        block: dict[str, Any] = {"type": "tool_use", "id": c.call_id, "name": c.name, "input": {}}
         return ev("content_block_start", f',"index":{k},"content_block":{_j(block)}')
 
     def stop(k: int) -> str:
@@ -350,8 +378,7 @@ def _anthropic(rng: random.Random, calls: list[ExpectedCall], shape: Shape) -> l
     out.append(
         ev(
             "message_delta",
-            ',"delta":{"stop_reason":"tool_use","stop_sequence":null},'
-            '"usage":{"output_tokens":65}',
+            ',"delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":65}',
         )
     )
     out.append(ev("message_stop", ""))
@@ -408,9 +435,7 @@ def _gemini_vertex(rng: random.Random, calls: list[ExpectedCall], shape: Shape) 
     return out
 
 
-def _gemini_interactions(
-    rng: random.Random, calls: list[ExpectedCall], shape: Shape
-) -> list[str]:
+def _gemini_interactions(rng: random.Random, calls: list[ExpectedCall], shape: Shape) -> list[str]:
     iid = "v1_" + _rand(rng, 70)
 
     def ev(kind: str, body: str) -> str:
@@ -427,7 +452,7 @@ def _gemini_interactions(
 
     def start(k: int) -> str:
         c = calls[k]
-        step = {
+        step: dict[str, Any] = {
             "id": c.call_id,
             "signature": "",
             "type": "function_call",
@@ -513,7 +538,9 @@ def make_stream(
         provider=PROVIDER[kind],
         body=body,
         chunks=chunked(body, chunk_size),
-        events=body.count(b"\r\n\r\n" if kind.startswith("gemini") and kind != "gemini_interactions" else b"\n\n"),
+        events=body.count(
+            b"\r\n\r\n" if kind.startswith("gemini") and kind != "gemini_interactions" else b"\n\n"
+        ),
         calls=tuple(calls),
         arg_bytes=sum(len(c.text.encode()) for c in calls),
         shape=shape,

@@ -3,11 +3,21 @@
 
     callgate decode --provider NAME [--chunk-size N] FILE   decode a captured SSE body
     callgate fixtures [DIR]                                 one line per recorded stream
+    callgate approvals list|show|approve|deny …             decide paused calls (cli_admin)
+    callgate operations list|show|resume …                  inspect and resume (cli_admin)
+    callgate audit verify FILE …                            check an audit trail (cli_audit)
+    callgate demo …                                         the end-to-end demo (runtime.demo)
+
+This module owns the parser and the stream commands; the store and audit commands live in
+``cli_admin``/``cli_audit``. Only here may ``callgate.adapters`` be reached, and only by
+provider name.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -15,6 +25,8 @@ from typing import Any
 
 import orjson
 
+from .cli_admin import add_admin_commands
+from .cli_audit import add_audit_commands
 from .core.adapter import PROVIDERS
 from .core.decode import decode
 from .core.outcome import TurnOutcome
@@ -97,6 +109,25 @@ def _cmd_fixtures(args: argparse.Namespace) -> int:
     return 0
 
 
+_DEMO_MODULE = "callgate.engine.runtime.demo"
+
+
+def _cmd_demo(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    # Imported only when asked for: the demo is optional and the CLI works without it.
+    try:
+        demo = importlib.import_module(_DEMO_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != _DEMO_MODULE:
+            raise
+        print(f"callgate demo: not available ({_DEMO_MODULE} is not installed)", file=sys.stderr)
+        return 2
+    summary = (demo.__doc__ or "the end-to-end demo").strip().splitlines()[0]
+    parser = argparse.ArgumentParser(prog="callgate demo", description=summary)
+    demo.add_demo_arguments(parser)
+    code = demo.run_demo(parser.parse_args(list(extra)))
+    return int(code)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="callgate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -110,12 +141,36 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fixtures", help="decode every recorded fixture, one line each")
     p.add_argument("dir", nargs="?", default="tests/fixtures")
     p.set_defaults(func=_cmd_fixtures)
+
+    add_admin_commands(sub)
+    add_audit_commands(sub)
+
+    # The demo's own options are defined by the demo module, parsed in _cmd_demo (so -h is
+    # left to it too).
+    p = sub.add_parser(
+        "demo", help="run the end-to-end demo (see callgate demo -h)", add_help=False
+    )
+    p.set_defaults(func=None)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    try:
+        if args.command == "demo":
+            return _cmd_demo(args, extra)
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``callgate approvals list | head``): not an error of ours.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     return code
 
 

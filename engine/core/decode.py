@@ -220,10 +220,21 @@ class StreamDecoder:
         try:
             decode = self._adapter_stream.decode
             apply = self._turn.apply
-            for sse in self._sse.feed(data):
+            sse_error: Exception | None = None
+            try:
+                sse_events = self._sse.feed(data)
+            except (LimitExceeded, StreamProtocolError) as exc:
+                # The events this chunk completed before the error came first in the
+                # stream: process them, so chunk boundaries never change the outcome
+                # (one of them may fail first, or carry a provider error).
+                sse_events = self._sse.take_salvaged()
+                sse_error = exc
+            for sse in sse_events:
                 for event in decode(sse):
                     apply(event)
                     out.append(event)
+            if sse_error is not None:
+                raise sse_error
         except Exception as exc:
             if not self._absorb(exc):
                 raise

@@ -81,8 +81,9 @@ class SSEDecoder:
     data (or unframed text) of one event longer than ``max_event_bytes`` raises
     ``SSEEventTooLarge``. A line or event of exactly the cap is accepted. Errors are
     raised in stream order whatever the chunking; events completed earlier in the
-    same ``feed`` call are lost with it. After any error the decoder is poisoned and
-    raises the same error again.
+    same ``feed`` call are not returned by it, but ``take_salvaged()`` hands them out
+    (so a pipeline can process them before the error, whatever the chunking). After any
+    error the decoder is poisoned and raises the same error again.
     """
 
     __slots__ = (
@@ -102,6 +103,7 @@ class SSEDecoder:
         "_parts",
         "_plain",
         "_retry",
+        "_salvage",
         "_small",
         "_tail_len",
         "_type",
@@ -123,6 +125,7 @@ class SSEDecoder:
         self._head: bytes | None = b""  # bytes seen while a BOM is still possible
         self._cr = False  # the last chunk ended in CR: a leading LF is its CRLF's half
         self._error: CallgateError | None = None
+        self._salvage: list[SSEEvent] = []  # events of the chunk that raised the error
         self._closed = False
         # Bytes carried to the next chunk: ``_held`` bytes of complete lines not yet
         # applied (see ``_blocks``), then the first piece of the unterminated line;
@@ -222,6 +225,12 @@ class SSEDecoder:
         self._plain = False
         return out
 
+    def take_salvaged(self) -> list[SSEEvent]:
+        """After ``feed`` raised: the events that same chunk completed before the error,
+        in stream order (handed out once; empty when there were none)."""
+        out, self._salvage = self._salvage, []
+        return out
+
     def _poison(self, exc: CallgateError) -> None:
         self._error = exc
         self._plain = False
@@ -275,7 +284,7 @@ class SSEDecoder:
             self._carry = b""
             self._tail_len = 0
             if end:
-                self._blocks(text[:end], 0, longest <= self._max_event)
+                self._salvage = self._blocks(text[:end], 0, longest <= self._max_event)
             raise SSELineTooLong("max_line_bytes", max_line)
         rest = len(text) - end
         self._carry = text[end:] if rest else b""
@@ -284,7 +293,18 @@ class SSEDecoder:
 
     def _blocks(self, text: bytes, rest: int, fast: bool) -> list[SSEEvent]:
         """Apply the complete lines of ``text`` (all but its last ``rest`` bytes, the
-        tail, already kept). ``fast``: no line or one-line event can exceed a cap."""
+        tail, already kept). ``fast``: no line or one-line event can exceed a cap.
+        On an error, the events completed before it are kept for ``take_salvaged``."""
+        out: list[SSEEvent] = []
+        try:
+            return self._apply_blocks(text, rest, fast, out)
+        except CallgateError:
+            self._salvage = out
+            raise
+
+    def _apply_blocks(
+        self, text: bytes, rest: int, fast: bool, out: list[SSEEvent]
+    ) -> list[SSEEvent]:
         # Blocks between blank lines. Every block but the last ends at a blank line;
         # the last holds lines still waiting for one (plus the tail, cut off below).
         # Runs of three or more LFs leave a leading LF on the next block; stripping it
@@ -293,7 +313,6 @@ class SSEDecoder:
         last = blocks.pop()
         if rest:
             last = last[:-rest]
-        out: list[SSEEvent] = []
         if self._dirty:
             if text[0] == _LF:
                 self._dispatch(out)  # the chunk opens with the blank line ending it

@@ -64,7 +64,11 @@ class CallResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DispatchContext:
-    """What a batch of calls runs under. One per operation (limiters are shared)."""
+    """What a batch of calls runs under. ``max_parallelism`` bounds the calls of this
+    context running at once. Per-tool limits (``ToolSpec.max_concurrency``) live in
+    ``tool_limiters``: pass the same dict to every context (the ``Runner`` does, for all
+    its operations) so that a tool's limit holds across concurrent operations, not just
+    within one batch."""
 
     def __init__(
         self,
@@ -78,6 +82,7 @@ class DispatchContext:
         progress: Callable[[ProgressEvent], Awaitable[None]] | None = None,
         provider: str | None = None,
         model: str | None = None,
+        tool_limiters: dict[str, anyio.CapacityLimiter] | None = None,
     ) -> None:
         self.auth = auth
         self.store = store
@@ -88,7 +93,7 @@ class DispatchContext:
         self.progress = progress
         self.provider = provider
         self.model = model
-        self._tool_limiters: dict[str, anyio.CapacityLimiter] = {}
+        self._tool_limiters = tool_limiters if tool_limiters is not None else {}
 
     def tool_limiter(self, spec: ToolSpec) -> anyio.CapacityLimiter | None:
         if spec.max_concurrency is None:
@@ -115,7 +120,8 @@ async def execute_calls(
     operation's deadline) passes are cancelled and answered ``timeout`` (or
     ``outcome_unknown`` for side effects)."""
     results: list[CallResult | None] = [None] * len(items)
-    started = [0.0] * len(items)
+    # Start times by position; None until the call got its limiter slots and began.
+    started: list[float | None] = [None] * len(items)
     budget = remaining_seconds if math.isfinite(remaining_seconds) else None
     with anyio.move_on_after(budget):
         async with anyio.create_task_group() as tg:
@@ -125,8 +131,9 @@ async def execute_calls(
     for i, item in enumerate(items):
         result = results[i]
         if result is None:  # cancelled by the operation deadline: still a result
-            elapsed = (ctx.clock() - started[i]) * 1000 if started[i] else 0.0
-            side = item.spec.is_side_effect and started[i] > 0
+            began = started[i]
+            elapsed = (ctx.clock() - began) * 1000 if began is not None else 0.0
+            side = item.spec.is_side_effect and began is not None
             code = ErrorCode.OUTCOME_UNKNOWN if side else ErrorCode.TIMEOUT
             result = CallResult(
                 call=item.call,
@@ -136,7 +143,7 @@ async def execute_calls(
                 is_error=True,
                 status=code.value,
                 duration_ms=elapsed,
-                ran=started[i] > 0,
+                ran=began is not None,
                 detail="cancelled by the operation deadline",
             )
         out.append(result)
@@ -148,16 +155,19 @@ async def _run_one(
     item: Executable,
     ctx: DispatchContext,
     results: list[CallResult | None],
-    started: list[float],
+    started: list[float | None],
 ) -> None:
     spec = item.spec
     tool_limiter = ctx.tool_limiter(spec)
-    async with ctx.limiter:
-        if tool_limiter is None:
+    if tool_limiter is None:
+        async with ctx.limiter:
             result = await _run_limited(i, item, ctx, started)
-        else:
-            async with tool_limiter:
-                result = await _run_limited(i, item, ctx, started)
+    else:
+        # The tool's own slot first: a call queued behind its tool must not hold one of
+        # the batch's slots meanwhile (calls of a slow, limited tool would otherwise
+        # starve every other tool). Always tool -> batch, so no lock-order deadlock.
+        async with tool_limiter, ctx.limiter:
+            result = await _run_limited(i, item, ctx, started)
     results[i] = result
     if ctx.progress is not None:
         await ctx.progress(
@@ -172,7 +182,7 @@ async def _run_one(
 
 
 async def _run_limited(
-    i: int, item: Executable, ctx: DispatchContext, started: list[float]
+    i: int, item: Executable, ctx: DispatchContext, started: list[float | None]
 ) -> CallResult:
     spec = item.spec
     key = spec.idempotency_key(ctx.auth.operation_id, item.args) if spec.is_side_effect else None

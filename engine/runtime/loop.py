@@ -12,7 +12,9 @@ partial results kept, never with an exception.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -180,6 +182,8 @@ class Runner:
         self._clock = clock
         # Per-tool concurrency limits hold across every operation this runner drives.
         self._tool_limiters: dict[str, anyio.CapacityLimiter] = {}
+        # Loading the CA bundle takes tens of ms: done once per runner, not per drive.
+        self._tls: ssl.SSLContext | None = None
 
     # --- public entry points -------------------------------------------------------------
 
@@ -256,17 +260,18 @@ class Runner:
         now = self._clock()
         tracker = BudgetTracker.restore(self.budgets, snap.tracker, now=now)
         audit = AuditChain(start_seq=snap.audit_seq, prev_digest=snap.audit_head)
-        run = _Run(self, snap, tracker, audit)
-        if decisions is not None:
-            await run.to(OpInput.RESUMED)
-            await run.validate(decisions)
-        while snap.state not in TERMINAL and snap.state is not OpState.WAITING_APPROVAL:
-            if snap.state is OpState.MODEL_REQUESTED:
-                await run.model_turn()
-            elif snap.state is OpState.VALIDATING:
-                await run.validate(None)
-            else:  # pragma: no cover - every other state is handled inside the steps
-                raise ConfigError(f"run loop reached {snap.state} outside a step")
+        async with contextlib.AsyncExitStack() as stack:
+            run = _Run(self, snap, tracker, audit, stack)
+            if decisions is not None:
+                await run.to(OpInput.RESUMED)
+                await run.validate(decisions)
+            while snap.state not in TERMINAL and snap.state is not OpState.WAITING_APPROVAL:
+                if snap.state is OpState.MODEL_REQUESTED:
+                    await run.model_turn()
+                elif snap.state is OpState.VALIDATING:
+                    await run.validate(None)
+                else:  # pragma: no cover - every other state is handled inside the steps
+                    raise ConfigError(f"run loop reached {snap.state} outside a step")
         if snap.state is OpState.WAITING_APPROVAL:
             await run.request_approvals()
         snap.tracker = tracker.snapshot(self._clock())
@@ -357,9 +362,18 @@ class _Run:
     """One drive of one operation (between two pauses). Not shared across tasks."""
 
     def __init__(
-        self, runner: Runner, snap: _Snapshot, tracker: BudgetTracker, audit: AuditChain
+        self,
+        runner: Runner,
+        snap: _Snapshot,
+        tracker: BudgetTracker,
+        audit: AuditChain,
+        stack: contextlib.AsyncExitStack,
     ) -> None:
         self.r = runner
+        # The host's client, or one opened on first use and closed with ``stack``: one per
+        # drive (a client is bound to its event loop), never one per turn.
+        self.client = runner._client
+        self.stack = stack
         self.snap = snap
         self.tracker = tracker
         self.audit = audit
@@ -452,31 +466,22 @@ class _Run:
                 await self.emit(TextChunk(operation_id=snap.operation_id, text=event.text))
 
         deadline = anyio.current_time() + self.tracker.remaining_seconds(now)
-        if r._client is not None:
-            attempt = await stream_turn(
-                r._client,
-                r._adapter,
-                spec,
-                r._endpoint,
-                limits=r._limits,
-                retry=r._retry,
-                timeouts=r._timeouts,
-                on_event=on_event,
-                deadline=deadline,
-            )
-        else:
-            async with httpx.AsyncClient() as client:
-                attempt = await stream_turn(
-                    client,
-                    r._adapter,
-                    spec,
-                    r._endpoint,
-                    limits=r._limits,
-                    retry=r._retry,
-                    timeouts=r._timeouts,
-                    on_event=on_event,
-                    deadline=deadline,
-                )
+        if self.client is None:
+            if r._tls is None:
+                r._tls = httpx.create_ssl_context()
+            client = httpx.AsyncClient(verify=r._tls)
+            self.client = await self.stack.enter_async_context(client)
+        attempt = await stream_turn(
+            self.client,
+            r._adapter,
+            spec,
+            r._endpoint,
+            limits=r._limits,
+            retry=r._retry,
+            timeouts=r._timeouts,
+            on_event=on_event,
+            deadline=deadline,
+        )
         outcome = attempt.outcome
         snap.outcome = outcome
         overrun = self.tracker.record_turn(outcome.usage, outcome.model or r.model)

@@ -1,0 +1,642 @@
+"""The operator commands run as real subprocesses (``python -m callgate.engine.cli``):
+approvals list/show/approve/deny and operations list/show/resume against a store prepared
+with the store API and a real paused run (SQLite file, and PostgreSQL when configured —
+skipped only when no server URL is set *and* CI is not set), and ``audit verify`` on an
+intact trail and on edited, deleted and reordered copies, each named at the right record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import anyio
+import msgspec
+import pytest
+
+from callgate.engine.core.audit import AuditChain
+from callgate.engine.core.states import OpState
+from callgate.engine.runtime.audit_sink import JsonlAuditSink
+from callgate.engine.runtime.loop import Runner
+from callgate.engine.runtime.replay import ReplayServer, ReplayTurn
+from callgate.engine.runtime.transport import ProviderEndpoint
+from callgate.engine.store import ApprovalRecord, OperationRecord, open_store
+
+from .cli_tools import REGISTRY
+from .conftest import FIXTURES
+from .store_helpers import drop_schema, require_postgres, with_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "callgate.engine.cli"]
+WEATHER_CALL = FIXTURES / "openai_chat" / "single_tool_call_get_weather.sse"
+FINAL = Path(__file__).parent / "streams" / "openai_chat_final_text.sse"
+NYC_CALL = "call_4XzlGBLtUe9dy3GVNV4jhq7h"
+ESC = "\x1b[2J"
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "CALLGATE_STORE"}
+    env.update(extra)
+    return env
+
+
+def run_all(
+    *argvs: Sequence[str], env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> list[subprocess.CompletedProcess[str]]:
+    """Run independent CLI invocations side by side (each a fresh process); none may end
+    in a traceback."""
+    procs = [
+        subprocess.Popen(
+            [*CLI, *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            env=env if env is not None else cli_env(),
+        )
+        for argv in argvs
+    ]
+    done = []
+    for argv, proc in zip(argvs, procs, strict=True):
+        out, err = proc.communicate(timeout=120)
+        assert "Traceback" not in err, err
+        done.append(subprocess.CompletedProcess([*CLI, *argv], proc.returncode, out, err))
+    return done
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    (proc,) = run_all(args, env=env, cwd=cwd)
+    return proc
+
+
+def parsed(proc: subprocess.CompletedProcess[str]) -> Any:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def ok_json(*args: str) -> Any:
+    return parsed(run_cli(*args, "--json"))
+
+
+# --- a store with a real paused run and a few hand-made records ------------------------
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'callgate.db'}"
+        return
+    base = require_postgres()
+    schema = f"cli_{uuid.uuid4().hex[:12]}"
+    yield with_schema(base, schema)
+    anyio.run(drop_schema, schema)
+
+
+class Seed(NamedTuple):
+    url: str
+    paused_op: str
+    paused_approval: str
+
+
+def runner(base_url: str, store: Any) -> Runner:
+    return Runner(
+        provider="openai_chat",
+        model="gpt-4o",
+        registry=REGISTRY,
+        endpoint=ProviderEndpoint(base_url=base_url, api_key="sk-test"),
+        store=store,
+    )
+
+
+DONE_SNAPSHOT = {
+    "operation_id": "op_done",
+    "provider": "anthropic",
+    "model": "claude-x",
+    "state": "completed",
+    "messages": [{"role": "user", "content": "PRIVATE-PROMPT-TEXT"}],
+    "text": "Refund sent.",
+    "stop": {
+        "state": "completed",
+        "input": "final_text",
+        "provider_reason": "end_turn",
+        "reason": "the model finished its answer",
+    },
+    "calls": [
+        {
+            "turn": 1,
+            "response_id": "msg_1",
+            "call_id": "toolu_1",
+            "tool": "refund",
+            "status": "ok",
+            "idempotency_key": "idem_refund_1",
+            "approval_id": None,
+            "binding_sha256": "ab" * 32,
+        },
+        "not a call",  # an unexpected shape is skipped, not a crash
+    ],
+    "audit_seq": 7,
+    "audit_head": "cd" * 32,
+}
+
+
+def _approval(approval_id: str, operation_id: str, **kw: Any) -> ApprovalRecord:
+    now = time.time()
+    fields: dict[str, Any] = {
+        "call_id": "call_x",
+        "tool": "refund",
+        "schema_version": "1",
+        "args_digest": "ef" * 32,
+        "policy_revision": "p1",
+        "tenant": "acme",
+        "subject": "bob",
+        "created_at": now - 60,
+        "expires_at": now + 3600,
+    }
+    fields.update(kw)
+    return ApprovalRecord(approval_id=approval_id, operation_id=operation_id, **fields)
+
+
+async def _seed(url: str) -> Seed:
+    async with (
+        ReplayServer([ReplayTurn.from_file(WEATHER_CALL)]) as server,
+        open_store(url) as store,
+    ):
+        paused = await runner(server.base_url, store).start(
+            "Weather in NYC?", tenant="acme", subject="alice"
+        )
+        now = time.time()
+        for op_id, state, snapshot in [
+            ("op_done", "completed", msgspec.json.encode(DONE_SNAPSHOT)),
+            ("op_garbled", "failed", b"\xff not json"),
+            ("op_other", "waiting_approval", b"{}"),
+        ]:
+            await store.create_operation(
+                OperationRecord(
+                    operation_id=op_id,
+                    tenant="acme",
+                    subject="bob",
+                    state=state,
+                    snapshot=snapshot,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+        await store.create_approval(_approval("apr_other", "op_other"))
+        await store.create_approval(_approval("apr_old", "op_other", expires_at=now - 1))
+        await store.create_approval(_approval("apr_esc", "op_other", call_id=f"call{ESC}"))
+    assert paused.state is OpState.WAITING_APPROVAL
+    (approval_id,) = paused.pending_approvals
+    return Seed(url, paused.operation_id, approval_id)
+
+
+@pytest.fixture
+def seed(store_url: str) -> Seed:
+    return anyio.run(_seed, store_url)
+
+
+# --- approvals ----------------------------------------------------------------------------
+
+
+def test_approvals_list_aligned_text_json_and_filters(seed: Seed) -> None:
+    store = ("--store", seed.url)
+    text, listed, only, approved = run_all(
+        ["approvals", "list", *store],
+        ["approvals", "list", *store, "--json"],
+        ["approvals", "list", *store, "--json", "--operation", seed.paused_op],
+        ["approvals", "list", *store, "--json", "--status", "approved"],
+    )
+    assert text.returncode == 0, text.stderr
+    header, *rows = text.stdout.splitlines()
+    assert header.split()[:6] == ["APPROVAL", "STATUS", "OPERATION", "TOOL", "CALL", "EXPIRES"]
+    assert header.endswith("DECIDED BY")
+    mine = next(r for r in rows if r.startswith(seed.paused_approval))
+    # Aligned: every column starts at the same offset on every row.
+    assert mine.index("pending") == header.index("STATUS")
+    assert mine.index(seed.paused_op) == header.index("OPERATION")
+    assert "pending (expired)" in next(r for r in rows if r.startswith("apr_old"))
+
+    assert {a["approval_id"] for a in parsed(listed)} == {
+        seed.paused_approval,
+        "apr_other",
+        "apr_old",
+        "apr_esc",
+    }
+    mine_only = parsed(only)
+    assert [(a["approval_id"], a["tool"], a["call_id"]) for a in mine_only] == [
+        (seed.paused_approval, "get_weather", NYC_CALL)
+    ]
+    assert mine_only[0]["past_expiry"] is False
+    assert parsed(approved) == []
+
+
+def test_approve_once_then_every_second_decision_is_rejected(seed: Seed) -> None:
+    store = ("--store", seed.url)
+    proc = run_cli("approvals", "approve", seed.paused_approval, "--approver", "alice", *store)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"approved {seed.paused_approval} by alice")
+    assert f"callgate operations resume {seed.paused_op}" in proc.stdout
+    *again, shown = run_all(
+        ["approvals", "approve", seed.paused_approval, "--approver", "mallory", *store],
+        ["approvals", "deny", seed.paused_approval, "--approver", "bob", "--reason", "no", *store],
+        ["approvals", "show", seed.paused_approval, "--json", *store],
+    )
+    for proc in again:
+        assert (proc.returncode, proc.stdout) == (1, "")
+        assert "already decided (approved by alice" in proc.stderr
+        assert "approval_already_decided" in proc.stderr
+    view = parsed(shown)
+    assert (view["status"], view["approver"], view["reason"]) == ("approved", "alice", None)
+
+
+def test_deny_needs_a_reason_and_records_it(seed: Seed) -> None:
+    store = ("--store", seed.url)
+    proc = run_cli("approvals", "deny", "apr_other", "--approver", "bob", *store)
+    assert proc.returncode == 2 and "--reason" in proc.stderr
+    denied = parsed(
+        run_cli("approvals", "deny", "apr_other", "--approver", "bob", "--reason", "too big",
+                "--json", *store)
+    )  # fmt: skip
+    assert (denied["status"], denied["approver"], denied["reason"]) == ("denied", "bob", "too big")
+    text = run_cli("approvals", "show", "apr_other", *store).stdout
+    assert "status     denied" in text and "by bob: too big" in text
+
+
+def test_an_expired_approval_cannot_be_decided(seed: Seed) -> None:
+    proc = run_cli("approvals", "approve", "apr_old", "--approver", "alice", "--store", seed.url)
+    assert proc.returncode == 1
+    assert "expired" in proc.stderr and "approval_expired" in proc.stderr
+    assert ok_json("approvals", "show", "apr_old", "--store", seed.url)["status"] == "expired"
+
+
+def test_unknown_ids_exit_1_with_a_clear_message(seed: Seed) -> None:
+    store = ("--store", seed.url)
+    *approvals, show_op, resume_op = run_all(
+        ["approvals", "show", "apr_nope", *store],
+        ["approvals", "approve", "apr_nope", "--approver", "a", *store],
+        ["approvals", "deny", "apr_nope", "--approver", "a", "--reason", "r", *store],
+        ["operations", "show", "op_nope", *store],
+        ["operations", "resume", "op_nope", "--registry", "tests.cli_tools:REGISTRY", *store],
+    )
+    for proc in approvals:
+        assert (proc.returncode, proc.stdout) == (1, ""), proc.args
+        assert "no approval 'apr_nope' in this store" in proc.stderr
+    for proc in (show_op, resume_op):
+        assert (proc.returncode, proc.stdout) == (1, ""), proc.args
+        assert "no operation 'op_nope' in this store" in proc.stderr
+
+
+def test_stored_control_characters_never_reach_the_terminal(seed: Seed) -> None:
+    for proc in run_all(
+        ["approvals", "list", "--store", seed.url],
+        ["approvals", "show", "apr_esc", "--store", seed.url],
+    ):
+        assert "\x1b" not in proc.stdout and "call\\x1b[2J" in proc.stdout
+
+
+# --- operations ---------------------------------------------------------------------------
+
+
+def test_operations_list_text_json_and_state_filter(seed: Seed) -> None:
+    text, waiting = run_all(
+        ["operations", "list", "--store", seed.url],
+        ["operations", "list", "--store", seed.url, "--state", "waiting_approval", "--json"],
+    )
+    assert text.returncode == 0, text.stderr
+    header, *rows = text.stdout.splitlines()
+    assert header.split() == ["OPERATION", "STATE", "TENANT", "SUBJECT", "OWNER", "UPDATED"]
+    assert {r.split()[0] for r in rows} == {seed.paused_op, "op_done", "op_garbled", "op_other"}
+    listed = parsed(waiting)
+    assert {o["operation_id"] for o in listed} == {seed.paused_op, "op_other"}
+    assert all(o["owner"] is None and o["snapshot_bytes"] > 0 for o in listed)
+
+
+def test_operations_show_decodes_the_snapshot_defensively(seed: Seed) -> None:
+    store = ("--store", seed.url)
+    paused, done, done_json, garbled, garbled_json, other = run_all(
+        ["operations", "show", seed.paused_op, *store],
+        ["operations", "show", "op_done", *store],
+        ["operations", "show", "op_done", "--json", *store],
+        ["operations", "show", "op_garbled", *store],
+        ["operations", "show", "op_garbled", "--json", *store],
+        ["operations", "show", "op_other", "--json", *store],
+    )
+    text = paused.stdout
+    assert "state      waiting_approval" in text
+    assert "tenant     acme" in text and "subject    alice" in text
+    assert "model      openai_chat / gpt-4o" in text
+    assert seed.paused_approval in text and "pending" in text
+    assert f"{NYC_CALL}  get_weather" in text  # the paused turn's call, no arguments
+    assert "New York" not in text
+
+    assert "final_text: the model finished its answer (provider: end_turn)" in done.stdout
+    assert "Refund sent." in done.stdout and "7 records, head " + "cd" * 32 in done.stdout
+    row = next(line for line in done.stdout.splitlines() if "toolu_1" in line)
+    assert row.split() == ["1", "toolu_1", "refund", "ok", "-", "idem_refund_1"]
+    assert "PRIVATE-PROMPT-TEXT" not in done.stdout  # the conversation is never printed
+
+    view = parsed(done_json)
+    assert view["snapshot"]["calls"][0]["binding_sha256"] == "ab" * 32
+    assert len(view["snapshot"]["calls"]) == 1  # the malformed entry is skipped
+    assert "PRIVATE-PROMPT-TEXT" not in done_json.stdout
+
+    assert garbled.returncode == 0 and "not readable (10 bytes)" in garbled.stdout
+    assert parsed(garbled_json)["snapshot"] is None
+    approvals = parsed(other)["approvals"]
+    assert {a["approval_id"] for a in approvals} == {"apr_other", "apr_old", "apr_esc"}
+
+
+async def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    proc = await anyio.run_process([*CLI, *args], cwd=ROOT, env=env, check=False)
+    assert b"Traceback" not in proc.stderr, proc.stderr.decode()
+    return proc
+
+
+@pytest.mark.anyio
+async def test_resume_in_a_fresh_process_executes_exactly_once(
+    store_url: str, tmp_path: Path
+) -> None:
+    effects = tmp_path / "effects.log"
+    turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)]
+    async with ReplayServer(turns) as server:
+        async with open_store(store_url) as store:
+            paused = await runner(server.base_url, store).start("Weather?", tenant="acme")
+        (approval_id,) = paused.pending_approvals
+        env = cli_env(
+            CALLGATE_STORE=store_url,  # the default store for every command below
+            OPENAI_BASE_URL=server.base_url,
+            OPENAI_API_KEY="sk-test",
+            CALLGATE_TEST_EFFECTS=str(effects),
+        )
+        resume = ["operations", "resume", paused.operation_id]
+        early = await _cli(*resume, "--registry", "tests.cli_tools:REGISTRY", env=env)
+        assert early.returncode == 0 and b"waiting_approval" in early.stdout
+        assert not effects.exists()  # nothing runs before a human decides
+        assert (
+            await _cli("approvals", "approve", approval_id, "--approver", "ops", env=env)
+        ).returncode == 0
+
+        audit = tmp_path / "resume.jsonl"
+        done = await _cli(
+            *resume, "--registry", "tests.cli_tools:make_registry", "--json",
+            "--audit-file", str(audit), env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr.decode()
+        view = json.loads(done.stdout)
+        assert view["state"] == "completed" and view["snapshot"]["text"] == "It is sunny."
+        (call,) = view["snapshot"]["calls"]
+        assert (call["call_id"], call["status"], call["approval_id"]) == (
+            NYC_CALL,
+            "ok",
+            approval_id,
+        )
+        assert audit.read_bytes().count(b"\n") > 0
+
+        again = await _cli(*resume, "--registry", "tests.cli_tools:REGISTRY", env=env)
+        assert again.returncode == 0 and b"not waiting for approval" in again.stderr
+        assert b"state      completed" in again.stdout
+        assert len(server.requests) == 2  # the model was asked once after the pause
+    assert effects.read_text().splitlines() == [f"{paused.operation_id} {NYC_CALL} New York City"]
+
+
+def test_resume_refuses_a_registry_it_cannot_load(seed: Seed) -> None:
+    cases = [
+        ("nonsense", "MODULE:ATTR"),
+        ("tests.no_such_module:R", "cannot import"),
+        ("tests.cli_tools:NOPE", "has no attribute"),
+        ("tests.cli_tools:WeatherArgs", "not a Registry"),
+    ]
+    procs = run_all(
+        *(["operations", "resume", seed.paused_op, "--registry", spec, "--store", seed.url]
+          for spec, _ in cases)
+    )  # fmt: skip
+    for (spec, why), proc in zip(cases, procs, strict=True):
+        assert proc.returncode == 2 and why in proc.stderr, spec
+
+
+# --- store URL ----------------------------------------------------------------------------
+
+
+def test_store_url_from_env_else_the_default_file(tmp_path: Path) -> None:
+    missing = run_cli("operations", "list", cwd=tmp_path)
+    assert missing.returncode == 1 and "no SQLite database at './callgate.db'" in missing.stderr
+    assert not (tmp_path / "callgate.db").exists()  # a listing never creates a database
+
+    anyio.run(_empty_store, f"sqlite:///{tmp_path / 'callgate.db'}")
+    here = run_cli("operations", "list", cwd=tmp_path)
+    assert (here.returncode, here.stdout) == (0, "no operations match\n")
+
+    elsewhere = tmp_path / "sub" / "other.db"
+    elsewhere.parent.mkdir()
+    anyio.run(_empty_store, f"sqlite:///{elsewhere}")
+    env = cli_env(CALLGATE_STORE=f"sqlite:///{elsewhere}")
+    assert run_cli("approvals", "list", "--json", env=env, cwd=elsewhere.parent).stdout == "[]\n"
+
+
+async def _empty_store(url: str) -> None:
+    async with open_store(url):
+        pass
+
+
+def test_a_store_password_is_never_printed() -> None:
+    url = "postgresql://cg:hunter2@127.0.0.1:1/callgate"
+    flagged, from_env, helped, unknown = run_all(
+        ["approvals", "list", "--store", url],
+        ["approvals", "list"],
+        ["approvals", "list", "-h"],
+        ["approvals", "list", "--store", "mysql://u:hunter2@h/db"],
+        env=cli_env(CALLGATE_STORE=url),
+    )
+    for proc in (flagged, from_env):
+        assert proc.returncode == 1
+        assert "postgresql://cg:***@127.0.0.1:1/callgate" in proc.stderr
+    assert unknown.returncode == 1 and "unknown store URL scheme 'mysql'" in unknown.stderr
+    for proc in (flagged, from_env, helped, unknown):
+        assert "hunter2" not in proc.stdout + proc.stderr
+
+
+# --- audit verify -------------------------------------------------------------------------
+
+
+async def _write_trail(path: Path, ops: list[str], n: int, secret: bytes | None) -> list[str]:
+    """n records per operation, interleaved in one file; returns each chain's head."""
+    chains = {op: AuditChain(secret=secret) for op in ops}
+    async with JsonlAuditSink(path) as sink:
+        for i in range(n):
+            for op in ops:
+                data = {"i": i, "arguments": {"password": "hunter2", "city": "Oslo"}}
+                await sink.write(
+                    chains[op].append("requested", ts=1000.0 + i, operation_id=op, data=data)
+                )
+    return [chains[op].head for op in ops]
+
+
+def trail(path: Path, n: int = 60, secret: bytes | None = None) -> str:
+    (head,) = anyio.run(_write_trail, path, ["op_a"], n, secret)
+    return str(head)
+
+
+def test_audit_verify_an_intact_trail(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    head = trail(path)
+    text, with_head, as_json = run_all(
+        ["audit", "verify", str(path)],
+        ["audit", "verify", str(path), "--expected-head", head],
+        ["audit", "verify", str(path), "--json"],
+    )
+    assert (text.returncode, text.stdout) == (0, f"ok: 60 records, head {head}\n")
+    assert with_head.returncode == 0
+    assert parsed(as_json) == {
+        "ok": True,
+        "records": 60,
+        "operation_id": None,
+        "head": head,
+        "first_broken": None,
+        "line": None,
+        "reason": "",
+    }
+    assert b"hunter2" not in path.read_bytes()  # the sink got redacted records
+
+
+def _edit(lines: list[bytes], k: int) -> list[bytes]:
+    return [*lines[:k], lines[k].replace(b'"Oslo"', b'"Bergen"'), *lines[k + 1 :]]
+
+
+@pytest.mark.parametrize(
+    ("tamper", "why"),
+    [
+        ("edited", "does not match its digest"),
+        ("deleted", "has seq 43, expected 42"),
+        ("reordered", "has seq 43, expected 42"),
+    ],
+)
+def test_audit_verify_names_the_first_tampered_record(
+    tmp_path: Path, tamper: str, why: str
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    trail(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    if tamper == "edited":
+        lines = _edit(lines, 42)
+    elif tamper == "deleted":
+        del lines[42]
+    else:
+        lines[42], lines[43] = lines[43], lines[42]
+    bad = tmp_path / f"{tamper}.jsonl"
+    bad.write_bytes(b"".join(lines))
+    padded = tmp_path / "padded.jsonl"  # blank lines are skipped but still counted
+    padded.write_bytes(b"\n\n" + b"".join(lines))
+    text, as_json, shifted = run_all(
+        ["audit", "verify", str(bad)],
+        ["audit", "verify", str(bad), "--json"],
+        ["audit", "verify", str(padded)],
+    )
+    assert text.returncode == 1
+    assert text.stdout.startswith("record 42 (line 43): ")
+    assert why in text.stdout and "Bergen" not in text.stdout
+    assert as_json.returncode == 1
+    report = json.loads(as_json.stdout)
+    assert (report["ok"], report["first_broken"], report["line"]) == (False, 42, 43)
+    assert shifted.stdout.startswith("record 42 (line 45): ")
+
+
+def test_audit_verify_with_a_secret_and_an_expected_head(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    head = trail(path, n=10, secret=b"s3cret-key")
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:-1]))
+    keyed = ("--secret-env", "AUDIT_KEY")
+    good, unkeyed, wrong, unset, short, short_head = run_all(
+        ["audit", "verify", str(path), *keyed],
+        ["audit", "verify", str(path)],
+        ["audit", "verify", str(path), "--secret-env", "OTHER_KEY"],
+        ["audit", "verify", str(path), "--secret-env", "NO_SUCH_VAR"],
+        ["audit", "verify", str(cut), *keyed],
+        ["audit", "verify", str(cut), *keyed, "--expected-head", head],
+        env=cli_env(AUDIT_KEY="s3cret-key", OTHER_KEY="other"),
+    )
+    assert (good.returncode, good.stdout) == (0, f"ok: 10 records, head {head}\n")
+    assert unkeyed.returncode == 1 and unkeyed.stdout.startswith("record 0 (line 1): ")
+    assert wrong.returncode == 1 and wrong.stdout.startswith("record 0 (line 1): ")
+    assert unset.returncode == 2 and "NO_SUCH_VAR is not set" in unset.stderr
+    assert short.returncode == 0  # a chain cannot vouch for what follows it...
+    assert short_head.returncode == 1  # ...a head kept elsewhere can
+    assert short_head.stdout.startswith("record 9 (after line 9): the trail ends after 9 records")
+    for proc in (good, unkeyed, wrong, unset, short, short_head):
+        assert "s3cret" not in proc.stdout + proc.stderr
+
+
+def test_audit_verify_a_file_shared_by_several_operations(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    head_a, head_b = anyio.run(_write_trail, path, ["op_a", "op_b"], 5, None)
+    lines = path.read_bytes().splitlines(keepends=True)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"".join(_edit(lines, 7)))  # line 8 is op_b's record 3
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(b"".join(lines) + b"not json\n")
+    whole, only_b, every, tampered, unattributed = run_all(
+        ["audit", "verify", str(path)],
+        ["audit", "verify", str(path), "--operation", "op_b", "--expected-head", head_b],
+        ["audit", "verify", str(path), "--by-operation"],
+        ["audit", "verify", str(bad), "--by-operation"],
+        ["audit", "verify", str(garbage), "--operation", "op_a"],
+    )
+    assert whole.returncode == 1 and "--by-operation" in whole.stderr
+    assert (only_b.returncode, only_b.stdout) == (0, f"ok: 5 records, head {head_b}\n")
+    assert every.returncode == 0
+    assert every.stdout.splitlines() == [
+        "ok: 10 records in 2 operations",
+        f"op_a: ok: 5 records, head {head_a}",
+        f"op_b: ok: 5 records, head {head_b}",
+    ]
+    assert tampered.returncode == 1
+    assert tampered.stdout.splitlines() == [
+        f"op_a: ok: 5 records, head {head_a}",
+        "op_b: record 3 (line 8): does not match its digest (edited, or wrong secret)",
+    ]
+    assert unattributed.returncode == 1
+    assert unattributed.stdout.startswith("line 11: is not an audit record")
+
+
+def test_audit_verify_refuses_unusable_input(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    missing, both, nothing = run_all(
+        ["audit", "verify", str(tmp_path / "nope.jsonl")],
+        ["audit", "verify", str(empty), "--by-operation", "--expected-head", "ab"],
+        ["audit", "verify", str(empty)],
+    )
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    assert both.returncode == 2 and "--operation" in both.stderr
+    assert (nothing.returncode, nothing.stdout) == (0, f"ok: 0 records, head {'0' * 64}\n")
+
+
+# --- demo -----------------------------------------------------------------------------
+
+
+def test_demo_without_its_module_is_a_clear_error_not_a_traceback() -> None:
+    code = (
+        "import sys; sys.modules['callgate.engine.runtime.demo'] = None\n"
+        "from callgate.engine.cli import main; raise SystemExit(main(['demo']))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "callgate demo: not available (callgate.engine.runtime.demo is not installed)\n"
+    )
+
+
+def test_demo_options_belong_to_the_demo_module() -> None:
+    proc = run_cli("demo", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: callgate demo") and "--scenario" in proc.stdout
