@@ -328,6 +328,8 @@ class OpenAIResponsesStream:
 
 _Handler = Callable[[OpenAIResponsesStream, bytes], list[EngineEvent]]
 
+_TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
 _HANDLERS: dict[str, _Handler] = {
     "response.created": OpenAIResponsesStream._on_lifecycle,
     "response.in_progress": OpenAIResponsesStream._on_lifecycle,

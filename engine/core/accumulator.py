@@ -91,8 +91,10 @@ class CallAccumulator:
             raise StreamProtocolError(
                 f"argument fragment for call index {index} after its done signal"
             )
-        if call.error is not None:
-            return  # already over its cap: keep memory bounded, the call is spoiled anyway
+        if call.error is not None or not text:
+            # Over its cap: the call is spoiled anyway. Empty: nothing to keep, and an
+            # empty piece would hold a list slot that no cap counts.
+            return
         n = len(text)  # code points: a cheap lower bound of the UTF-8 size, exact check on join
         self._total += n
         if self._total > self._limits.max_response_argument_bytes:
@@ -115,7 +117,9 @@ class CallAccumulator:
         if call.done:
             # A repeated done (Responses sends arguments.done and output_item.done) is a
             # no-op when it agrees; a disagreeing one spoils the call.
-            if arguments is not None and call.error is None and arguments.encode() != call.raw:
+            # surrogatepass: a lone surrogate must disagree, not raise (raw is valid UTF-8).
+            repeated = None if arguments is None else arguments.encode("utf-8", "surrogatepass")
+            if repeated is not None and call.error is None and repeated != call.raw:
                 call.error = "done events disagree about the arguments"
                 call.arguments = None
             return

@@ -104,6 +104,8 @@ class TurnAssembler:
         self._calls.fragment(ev.index, ev.fragment)
 
     def _add_text(self, target: list[str], text: str) -> None:
+        if not text:
+            return  # an empty piece would hold a list slot that max_text_bytes never counts
         self._text_size += len(text)
         if self._text_size > self._limits.max_text_bytes:
             raise LimitExceeded("max_text_bytes", self._limits.max_text_bytes)
