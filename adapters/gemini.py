@@ -493,6 +493,11 @@ class GeminiAdapter:
         parts: list[JSON] = []
         for result in results:
             value = _json_or_text(result.content)
+            # callgate's model_result is {"result": X} or {"error": {...}}; Gemini names
+            # the two cases itself, so unwrap instead of nesting {"error": {"error": ...}}.
+            key = "error" if result.is_error else "result"
+            if isinstance(value, dict) and len(value) == 1 and key in value:
+                value = value[key]
             response = {"error": value} if result.is_error else {"output": value}
             fr: JSON = {"name": result.name}
             if result.call_id in provider_ids:

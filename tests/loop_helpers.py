@@ -129,7 +129,10 @@ def wire_results(provider: str, request: ReceivedRequest) -> list[WireResult]:
             assert isinstance(response, dict) and len(response) == 1
             (key, value) = next(iter(response.items()))
             assert key in ("output", "error")
-            out.append(WireResult(fr.get("id"), value, key == "error"))
+            # Gemini names the two cases itself, so the adapter sends the bare value;
+            # re-wrap it into callgate's model_result shape for the shared assertions.
+            wrapped = {"error": value} if key == "error" else {"result": value}
+            out.append(WireResult(fr.get("id"), wrapped, key == "error"))
     elif provider == "gemini_interactions":
         for item in body["input"]:
             if item.get("type") == "function_result":

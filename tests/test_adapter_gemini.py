@@ -671,3 +671,23 @@ def test_build_request_and_auth() -> None:
     bare = ADAPTER.build_request(model="m", messages=[], tools=[])
     assert bare.body == {"contents": []}
     assert ADAPTER.auth_headers("k") == {"x-goog-api-key": "k"}
+
+
+def test_callgate_envelopes_are_not_double_nested_in_function_responses() -> None:
+    from callgate.adapters.gemini import ADAPTER as GEMINI
+    from callgate.engine.core.adapter import ModelResult as _MR
+    from callgate.engine.core.decode import decode as _decode
+
+    body = (FIXTURES / "gemini" / "function_call_with_id_gemini3flash.sse").read_bytes()
+    outcome = _decode("gemini", [body])
+    call = outcome.calls[0]
+    (content,) = GEMINI.encode_results(
+        outcome,
+        [
+            _MR(call.call_id, call.name, '{"error":{"code":"denied","message":"no"}}', True),
+            _MR(call.call_id, call.name, '{"result":{"country":"FR"}}'),
+        ],
+    )
+    err, ok = (p["functionResponse"]["response"] for p in content["parts"])
+    assert err == {"error": {"code": "denied", "message": "no"}}
+    assert ok == {"output": {"country": "FR"}}

@@ -226,7 +226,7 @@ class BudgetTracker:
         record_result(tool, digest, result_digest) per executed call
     """
 
-    __slots__ = ("_budgets", "_s", "_segment_start")
+    __slots__ = ("_budgets", "_s", "_segment_start", "_turn_ok", "_turn_ok_of")
 
     def __init__(self, budgets: Budgets, *, now: float) -> None:
         """A fresh tracker whose active-time clock starts at ``now``."""
@@ -377,20 +377,28 @@ class BudgetTracker:
         s.turn_admissions[call_id] = _Admitted(
             tool=tool, args_digest=canonical_args_digest, admission=admission
         )
+        if admission.ok:
+            self._admitted_ok().add((tool, canonical_args_digest))
         return admission
+
+    def _admitted_ok(self) -> set[tuple[str, str]]:
+        """(tool, args digest) of this turn's admitted calls, as an index: a set lookup per
+        call keeps validation linear in the number of calls. The digests are callgate's own
+        SHA-256 of canonical arguments (not secrets), so hashing them is fine. Rebuilt when
+        the turn's admissions are replaced (a new turn, a restore)."""
+        admissions = self._s.turn_admissions
+        if getattr(self, "_turn_ok_of", None) is not admissions:
+            self._turn_ok = {(a.tool, a.args_digest) for a in admissions.values() if a.admission.ok}
+            self._turn_ok_of = admissions
+        return self._turn_ok
 
     def _assess(self, tool: str, digest: str) -> Admission:
         s, b = self._s, self._budgets
-        for other in s.turn_admissions.values():
-            if (
-                other.admission.ok
-                and other.tool == tool
-                and digests_equal(other.args_digest, digest)
-            ):
-                return Admission(
-                    kind=AdmissionKind.NO_PROGRESS,
-                    reason="identical to another call in this response",
-                )
+        if (tool, digest) in self._admitted_ok():
+            return Admission(
+                kind=AdmissionKind.NO_PROGRESS,
+                reason="identical to another call in this response",
+            )
         previous = s.executions.get(tool, {}).get(digest)
         if previous is not None:
             if previous.count >= b.duplicate_threshold:
