@@ -1,0 +1,72 @@
+"""The durable records of an operation: the snapshot persisted at every pause (everything
+a fresh process needs to continue), and what the host gets back (``OperationResult``,
+``CallSummary``). Values only; no I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from callgate.engine.core.audit import GENESIS
+from callgate.engine.core.outcome import TurnOutcome
+from callgate.engine.core.states import (
+    TERMINAL,
+    OpState,
+    StopInfo,
+)
+
+__all__ = ["SNAPSHOT_DECODER", "CallSummary", "OperationResult", "OperationSnapshot"]
+
+
+class CallSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One answered call of the operation: the ids that identify it and how it ended."""
+
+    turn: int
+    response_id: str | None
+    call_id: str
+    tool: str
+    status: str
+    idempotency_key: str | None = None
+    approval_id: str | None = None
+    binding_sha256: str | None = None
+
+
+class OperationSnapshot(msgspec.Struct, kw_only=True):
+    """Everything needed to continue the operation in another process."""
+
+    operation_id: str
+    tenant: str
+    subject: str
+    roles: list[str]
+    provider: str
+    model: str
+    state: OpState
+    messages: list[dict[str, Any]]
+    outcome: TurnOutcome | None = None
+    tracker: dict[str, Any] = {}
+    approvals: dict[str, str] = {}  # call id -> approval id, for the paused turn
+    calls: list[CallSummary] = []
+    text: str = ""
+    stop: StopInfo | None = None
+    audit_seq: int = 0
+    audit_head: str = GENESIS
+
+
+class OperationResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Where an operation stands when control returns to the host: a terminal state, or
+    WAITING_APPROVAL with the approval ids a human must decide."""
+
+    operation_id: str
+    state: OpState
+    stop: StopInfo | None
+    text: str
+    calls: tuple[CallSummary, ...]
+    pending_approvals: tuple[str, ...] = ()
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+
+SNAPSHOT_DECODER = msgspec.json.Decoder(OperationSnapshot)

@@ -1,0 +1,514 @@
+"""The steps of one drive of an operation, between two pauses: a model turn, validation,
+dispatch, binding and the approval request. ``Runner`` (in ``loop``) owns the lifecycle
+and persistence; ``OperationDrive`` owns what happens inside one drive and changes state
+only through the transition table."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx
+
+from callgate.engine.core.adapter import ModelResult
+from callgate.engine.core.audit import AuditChain, AuditRecord
+from callgate.engine.core.binding import (
+    BindingContext,
+    BoundResult,
+    TrustedCall,
+    bind,
+    to_model_result,
+)
+from callgate.engine.core.canonical import canonical_json, sha256_hex
+from callgate.engine.core.correlation import verify_result_set
+from callgate.engine.core.envelope import ErrorCode
+from callgate.engine.core.errors import BindingError, ConfigError
+from callgate.engine.core.events import CallStarted, EngineEvent, TextDelta
+from callgate.engine.core.guards import BudgetTracker, ExhaustedBudget
+from callgate.engine.core.ids import new_approval_id
+from callgate.engine.core.outcome import ProposedCall
+from callgate.engine.core.registry import AuthContext
+from callgate.engine.core.states import (
+    OpInput,
+    OpState,
+    StopInfo,
+    input_for_outcome,
+    transition,
+)
+from callgate.engine.core.validation import (
+    ApprovalDecision,
+    Executable,
+    NeedsApproval,
+    Rejected,
+    Verdict,
+    turn_input,
+    validate_turn,
+)
+from callgate.engine.store.base import ApprovalRecord
+
+from .dispatch import CallResult, DispatchContext, execute_calls
+from .operation import CallSummary, OperationSnapshot
+from .progress import (
+    ApprovalRequested,
+    CallPreparing,
+    CallRejected,
+    ProgressEvent,
+    StateChanged,
+    TextChunk,
+)
+from .transport import stream_turn
+
+AuditWriter = Callable[[AuditRecord], Awaitable[None]]
+
+
+if TYPE_CHECKING:
+    from .loop import Runner
+
+__all__ = ["OperationDrive"]
+
+
+class OperationDrive:
+    """One drive of one operation (between two pauses). Not shared across tasks."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        snap: OperationSnapshot,
+        tracker: BudgetTracker,
+        audit: AuditChain,
+        stack: contextlib.AsyncExitStack,
+    ) -> None:
+        self.r = runner
+        # The host's client, or one opened on first use and closed with ``stack``: one per
+        # drive (a client is bound to its event loop), never one per turn.
+        self.client = runner._client
+        self.stack = stack
+        self.snap = snap
+        self.tracker = tracker
+        self.audit = audit
+        self.auth = AuthContext(
+            tenant=snap.tenant,
+            subject=snap.subject,
+            operation_id=snap.operation_id,
+            roles=frozenset(snap.roles),
+        )
+        self.pending: list[NeedsApproval] = []
+
+    # --- bookkeeping ---------------------------------------------------------------------
+
+    async def emit(self, event: ProgressEvent) -> None:
+        if self.r._progress is not None:
+            await self.r._progress(event)
+
+    async def record(
+        self,
+        kind: str,
+        *,
+        call: ProposedCall | None = None,
+        tool: str | None = None,
+        data: dict[str, Any] | None = None,
+        redact: Sequence[str] = (),
+    ) -> None:
+        rec = self.audit.append(
+            kind,
+            ts=self.r._clock(),
+            operation_id=self.snap.operation_id,
+            call_id=call.call_id if call else None,
+            tool=tool or (call.name if call else None),
+            data=data or {},
+            redact_paths=redact,
+        )
+        if self.r._audit is not None:
+            await self.r._audit(rec)
+
+    async def to(self, event: OpInput) -> None:
+        old = self.snap.state
+        self.snap.state = transition(old, event)
+        await self.record(
+            "state", data={"from": old.value, "to": self.snap.state.value, "input": event.value}
+        )
+        await self.emit(
+            StateChanged(
+                operation_id=self.snap.operation_id,
+                old=old.value,
+                new=self.snap.state.value,
+                input=event.value,
+            )
+        )
+
+    async def stop(self, event: OpInput, reason: str, provider_reason: str | None = None) -> None:
+        await self.to(event)
+        self.snap.stop = StopInfo(
+            state=self.snap.state, input=event, provider_reason=provider_reason, reason=reason
+        )
+
+    async def exhausted(self, spent: ExhaustedBudget) -> None:
+        raw = self.snap.outcome.raw_reason if self.snap.outcome else None
+        await self.stop(spent.input, spent.reason, raw)
+
+    # --- steps ---------------------------------------------------------------------------
+
+    async def model_turn(self) -> None:
+        r, snap = self.r, self.snap
+        now = r._clock()
+        spent = self.tracker.check_before_model_turn(now)
+        if spent is not None:
+            await self.exhausted(spent)
+            return
+        spec = r._adapter.build_request(
+            model=r.model,
+            messages=snap.messages,
+            tools=r.registry.declarations(),
+            system=r._system,
+            max_tokens=r._max_tokens,
+            previous=snap.outcome,
+        )
+
+        async def on_event(event: EngineEvent) -> None:
+            if isinstance(event, CallStarted):
+                await self.emit(
+                    CallPreparing(
+                        operation_id=snap.operation_id, name=event.name, call_id=event.call_id
+                    )
+                )
+            elif isinstance(event, TextDelta):
+                await self.emit(TextChunk(operation_id=snap.operation_id, text=event.text))
+
+        deadline = anyio.current_time() + self.tracker.remaining_seconds(now)
+        if self.client is None:
+            if r._tls is None:
+                r._tls = httpx.create_ssl_context()
+            client = httpx.AsyncClient(verify=r._tls)
+            self.client = await self.stack.enter_async_context(client)
+        attempt = await stream_turn(
+            self.client,
+            r._adapter,
+            spec,
+            r._endpoint,
+            limits=r._limits,
+            retry=r._retry,
+            timeouts=r._timeouts,
+            on_event=on_event,
+            deadline=deadline,
+        )
+        outcome = attempt.outcome
+        snap.outcome = outcome
+        overrun = self.tracker.record_turn(outcome.usage, outcome.model or r.model)
+        event = input_for_outcome(outcome)
+        if event is OpInput.TRANSIENT_FAILURE:
+            # The transport already retried within its policy: what reaches us is final.
+            event = OpInput.API_FAILURE
+        if (
+            not outcome.complete
+            and event is not OpInput.PAUSED
+            and anyio.current_time() >= deadline
+        ):
+            # The turn was cut because the operation ran out of time (the transport stops
+            # at this same deadline): that is the deadline's doing, not the provider's.
+            snap.text = outcome.text or outcome.refusal or snap.text
+            await self.exhausted(
+                ExhaustedBudget(
+                    budget="deadline_seconds",
+                    limit=str(r.budgets.deadline_seconds),
+                    used=f"{self.tracker.elapsed(r._clock()):.3f}",
+                    input=OpInput.DEADLINE,
+                )
+            )
+            return
+        if event is OpInput.PAUSED:
+            snap.messages.extend(r._adapter.assistant_echo(outcome))
+            await self.to(event)
+        elif event is OpInput.TOOL_PROPOSALS:
+            snap.messages.extend(r._adapter.assistant_echo(outcome))
+            snap.text = outcome.text or snap.text
+            await self.to(event)
+        else:
+            snap.text = outcome.text or outcome.refusal or snap.text
+            await self.stop(event, outcome.stop_reason, outcome.raw_reason)
+            return
+        if overrun is not None and snap.state is not OpState.VALIDATING:
+            await self.exhausted(overrun)
+
+    async def validate(self, decisions: dict[str, ApprovalDecision] | None) -> None:
+        snap = self.snap
+        outcome = snap.outcome
+        assert outcome is not None
+        if decisions is None:
+            for call in outcome.calls:
+                await self.record(
+                    "requested",
+                    call=call,
+                    data={
+                        "arguments": call.arguments,
+                        "raw_sha256": sha256_hex(call.raw_arguments),
+                    },
+                    redact=self._sensitive(call.name, "arguments"),
+                )
+        verdicts = validate_turn(
+            outcome.calls, self.r.registry, self.auth, self.tracker, approvals=decisions
+        )
+        for v in verdicts:
+            status = "rejected" if isinstance(v, Rejected) else type(v).__name__.lower()
+            data: dict[str, Any] = {"verdict": status}
+            if isinstance(v, Rejected):
+                data.update(code=v.envelope.code.value, reason=v.reason)
+            await self.record("validated", call=v.call, data=data)
+        progress = self.tracker.check_progress()
+        if progress is not None:
+            await self.stop(progress.input, progress.reason, outcome.raw_reason)
+            return
+        step = turn_input(verdicts)
+        if step is OpInput.APPROVAL_NEEDED:
+            self.pending = [v for v in verdicts if isinstance(v, NeedsApproval)]
+            await self.to(step)
+            return
+        await self.execute(verdicts, step, decisions)
+
+    async def execute(
+        self, verdicts: list[Verdict], step: OpInput, decisions: dict[str, ApprovalDecision] | None
+    ) -> None:
+        r, snap = self.r, self.snap
+        outcome = snap.outcome
+        assert outcome is not None
+        await self.to(step)
+        executables = [v for v in verdicts if isinstance(v, Executable)]
+        results: dict[str, CallResult] = {}
+        if executables:
+            ctx = DispatchContext(
+                auth=self.auth,
+                store=r.store,
+                worker_id=r.worker_id,
+                max_parallelism=r.budgets.max_parallelism,
+                max_result_bytes=r.budgets.max_result_bytes,
+                clock=r._clock,
+                progress=r._progress,
+                provider=r.provider,
+                model=r.model,
+                tool_limiters=r._tool_limiters,
+            )
+            remaining = self.tracker.remaining_seconds(r._clock())
+            for res in await execute_calls(executables, ctx, remaining_seconds=remaining):
+                results[res.call.call_id] = res
+                if res.status != ErrorCode.OUTCOME_UNKNOWN.value:
+                    # An unknown outcome carries no information and must stay retryable:
+                    # the model's retry (same intent, new call id) is the recovery path,
+                    # reconciled by idempotency key, so it is no duplicate.
+                    self.tracker.record_result(
+                        res.tool, res.args_digest, sha256_hex(canonical_json(res.model_result))
+                    )
+                await self.record(
+                    "executed",
+                    call=res.call,
+                    data={
+                        "status": res.status,
+                        "duration_ms": round(res.duration_ms, 3),
+                        "ran": res.ran,
+                        "idempotency_key": res.idempotency_key,
+                        "detail": res.detail,
+                        "result": res.model_result,
+                    },
+                    redact=self._sensitive(res.tool, "result"),
+                )
+            if any(res.unresolved for res in results.values()):
+                # A side effect may have happened and reconciliation could not settle it:
+                # keep every result in the audit and stop for a human, sending nothing.
+                if await self.bind(verdicts, results, decisions) is not None:
+                    await self.stop(
+                        OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE,
+                        "a side effect's outcome is unknown and reconciliation found no record",
+                        outcome.raw_reason,
+                    )
+                return
+            await self.to(OpInput.RESULTS_DONE)
+        verified = await self.bind(verdicts, results, decisions)
+        if verified is None:
+            return
+        snap.messages.extend(r._adapter.encode_results(outcome, verified))
+        await self.to(OpInput.RESULTS_SENT)
+
+    async def bind(
+        self,
+        verdicts: list[Verdict],
+        results: dict[str, CallResult],
+        decisions: dict[str, ApprovalDecision] | None,
+    ) -> list[ModelResult] | None:
+        """Bind every result to its call, verify the set against callgate's own records and
+        return the wire projections in proposal order (None: the operation FAILED)."""
+        r, snap = self.r, self.snap
+        outcome = snap.outcome
+        assert outcome is not None
+        trusted: list[TrustedCall] = []
+        bound: list[BoundResult] = []
+        summaries: list[CallSummary] = []
+        # A repeated call id cannot carry a result of its own: providers key results by
+        # call id (and verify_result_set refuses two results for one key), so the first
+        # occurrence's result answers it. The repeat is audited and summarised, not sent.
+        repeats: list[tuple[int, CallSummary]] = []
+        for position, v in enumerate(verdicts):
+            call = v.call
+            spec = v.spec
+            if isinstance(v, Rejected) and v.envelope.code is ErrorCode.DUPLICATE_CALL:
+                code = ErrorCode.DUPLICATE_CALL.value
+                await self.emit(
+                    CallRejected(
+                        operation_id=snap.operation_id,
+                        call_id=call.call_id,
+                        name=call.name,
+                        code=code,
+                    )
+                )
+                summary = CallSummary(
+                    turn=self.tracker.turns,
+                    response_id=outcome.response_id,
+                    call_id=call.call_id,
+                    tool=call.name,
+                    status=code,
+                )
+                repeats.append((position, summary))
+                continue
+            key = results[call.call_id].idempotency_key if call.call_id in results else None
+            ctx = BindingContext(
+                provider=r.provider,
+                api_family=r._adapter.family,
+                response_id=outcome.response_id,
+                call_id=call.call_id,
+                operation_id=snap.operation_id,
+                idempotency_key=key or "",
+                adapter_revision=r._adapter.revision,
+                tenant_ref=snap.tenant,
+                subject_ref=snap.subject,
+                input_revision=spec.revisions.input if spec else None,
+                output_revision=spec.revisions.output if spec else None,
+                effect_revision=spec.revisions.effect if spec else None,
+                handler_revision=spec.revisions.handler if spec else None,
+                producer_revision=spec.revisions.producer if spec else None,
+                policy_revision=spec.revisions.policy if spec else None,
+            )
+            args = _bindable_arguments(call)
+            if isinstance(v, Rejected):
+                model_result, is_error, status = (
+                    v.envelope.to_model_result(),
+                    True,
+                    v.envelope.code.value,
+                )
+                await self.emit(
+                    CallRejected(
+                        operation_id=snap.operation_id,
+                        call_id=call.call_id,
+                        name=call.name,
+                        code=status,
+                    )
+                )
+            else:
+                res = results[call.call_id]
+                model_result, is_error, status = res.model_result, res.is_error, res.status
+            trusted.append(TrustedCall.record(ctx, call.name, args))
+            b = bind(ctx, call.name, args, model_result, is_error, r._secret)
+            bound.append(b)
+            approval_id = (
+                decisions[call.call_id].approval_id
+                if decisions and call.call_id in decisions
+                else None
+            )
+            summaries.append(
+                CallSummary(
+                    turn=self.tracker.turns,
+                    response_id=outcome.response_id,
+                    call_id=call.call_id,
+                    tool=call.name,
+                    status=status,
+                    idempotency_key=key,
+                    approval_id=approval_id,
+                    binding_sha256=b.protected_audit.binding_sha256,
+                )
+            )
+        try:
+            verified = verify_result_set(trusted, bound, r._secret)
+        except BindingError as exc:
+            await self.record("binding_failed", data={"reason": str(exc)})
+            await self.stop(
+                OpInput.BINDING_MISMATCH, f"result binding failed: {exc}", outcome.raw_reason
+            )
+            return None
+        for b, s in zip(verified, summaries, strict=True):
+            pa = b.protected_audit
+            await self.record(
+                "result",
+                call=None,
+                tool=s.tool,
+                data={
+                    "call_id": s.call_id,
+                    "status": s.status,
+                    "request_sha256": pa.request_sha256,
+                    "result_sha256": pa.result_sha256,
+                    "binding_sha256": pa.binding_sha256,
+                },
+            )
+        for position, summary in repeats:  # ascending: each lands at its proposal position
+            summaries.insert(position, summary)
+        snap.calls.extend(summaries)
+        snap.approvals = {}
+        return [to_model_result(b) for b in verified]
+
+    async def request_approvals(self) -> None:
+        r, snap = self.r, self.snap
+        store = r._need_store()
+        now = r._clock()
+        for v in self.pending:
+            approval_id = new_approval_id()
+            spec = v.spec
+            await store.create_approval(
+                ApprovalRecord(
+                    approval_id=approval_id,
+                    operation_id=snap.operation_id,
+                    call_id=v.call.call_id,
+                    tool=spec.name,
+                    schema_version=spec.schema_version,
+                    args_digest=v.args_digest,
+                    policy_revision=spec.policy_revision,
+                    tenant=snap.tenant,
+                    subject=snap.subject,
+                    created_at=now,
+                    expires_at=now + r._approval_ttl,
+                )
+            )
+            snap.approvals[v.call.call_id] = approval_id
+            await self.record(
+                "approval",
+                call=v.call,
+                data={
+                    "approval_id": approval_id,
+                    "requested": True,
+                    "args_digest": v.args_digest,
+                    "expires_at": now + r._approval_ttl,
+                },
+            )
+            await self.emit(
+                ApprovalRequested(
+                    operation_id=snap.operation_id,
+                    approval_id=approval_id,
+                    call_id=v.call.call_id,
+                    name=spec.name,
+                    expires_at=now + r._approval_ttl,
+                )
+            )
+
+    def _sensitive(self, tool: str, prefix: str) -> list[str]:
+        spec = self.r.registry.get(tool)
+        if spec is None:
+            return []
+        return [f"{prefix}.{p.removeprefix('$.')}" for p in spec.sensitive_paths]
+
+
+def _bindable_arguments(call: ProposedCall) -> dict[str, Any]:
+    """The arguments a result is bound to: the parsed object, or — for a call whose text
+    was rejected or has no canonical form — the digest of its raw bytes."""
+    if call.arguments is not None:
+        try:
+            canonical_json(call.arguments)
+            return call.arguments
+        except ConfigError:
+            pass
+    return {"raw_arguments_sha256": sha256_hex(call.raw_arguments)}
