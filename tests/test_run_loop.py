@@ -182,3 +182,27 @@ def _now() -> float:
     import time
 
     return time.time()
+
+
+@pytest.mark.anyio
+async def test_undecided_expired_approval_is_recorded_expired_and_never_runs(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+    registry = make_registry(ran, risk=RiskClass.IRREVERSIBLE)
+    turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)]
+    clock = [1000.0]
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        paused = await runner(
+            server.base_url, registry, store=store, approval_ttl=5.0, clock=lambda: clock[0]
+        ).start("Weather?")
+        (approval_id,) = paused.pending_approvals
+        clock[0] += 5.0  # exactly at expiry: nobody decided
+        done = await runner(server.base_url, registry, store=store, clock=lambda: clock[0]).resume(
+            paused.operation_id
+        )
+        record = await store.get_approval(approval_id)
+    assert done.state is OpState.COMPLETED
+    assert done.calls[0].status == "approval_expired"
+    assert ran == []
+    assert record is not None and record.status.value == "expired"

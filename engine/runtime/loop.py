@@ -233,6 +233,10 @@ class Runner:
             elif record.status is ApprovalStatus.PENDING:
                 if now < record.expires_at:
                     return None
+                # Nobody decided in time: record the expiry in the store (consuming an
+                # expired approval marks it expired and refuses), so it is never approvable.
+                with contextlib.suppress(ApprovalExpired):
+                    await store.consume_approval(approval_id, now=now)
                 expired = True
             elif record.status in (ApprovalStatus.EXPIRED,):
                 expired = True
