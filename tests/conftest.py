@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -39,3 +42,46 @@ def chunkings(body: bytes, seed: int = 0) -> Iterator[tuple[str, list[bytes]]]:
         chunks.append(body[i : i + n])
         i += n
     yield "random", chunks
+
+
+# --- planted secrets ----------------------------------------------------------------------
+# Tests put PLANTED_SECRET into sensitive argument and result fields. Across the whole
+# session, no audit record built by callgate and no log record may contain it.
+PLANTED_SECRET = "sk-PLANTED-7f3a9c1e-never-log-me"
+
+
+class _LogCapture(logging.Handler):
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.sink.append(record.getMessage())
+        except Exception:
+            self.sink.append(str(record.msg))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def planted_secret_scan() -> Iterator[list[str]]:
+    from callgate.engine.core import audit
+
+    lines: list[str] = []
+    original = audit.AuditChain.append
+
+    def append(self: audit.AuditChain, *args: Any, **kwargs: Any) -> audit.AuditRecord:
+        record = original(self, *args, **kwargs)
+        lines.append(msgspec.json.encode(record).decode())
+        return record
+
+    audit.AuditChain.append = append  # type: ignore[method-assign]
+    handler = _LogCapture(lines)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        audit.AuditChain.append = original  # type: ignore[method-assign]
+        root.removeHandler(handler)
+    leaked = [line[:200] for line in lines if PLANTED_SECRET in line]
+    assert not leaked, f"a planted secret reached an audit or log line: {leaked[:3]}"

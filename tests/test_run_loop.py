@@ -206,3 +206,132 @@ async def test_undecided_expired_approval_is_recorded_expired_and_never_runs(
     assert done.calls[0].status == "approval_expired"
     assert ran == []
     assert record is not None and record.status.value == "expired"
+
+
+async def _paused_and_approved(
+    base_url: str, registry: Registry, store: SQLiteStore
+) -> tuple[str, str]:
+    paused = await runner(base_url, registry, store=store).start("Weather?")
+    (approval_id,) = paused.pending_approvals
+    await store.decide_approval(approval_id, True, "alice", "ok", now=_now())
+    return paused.operation_id, approval_id
+
+
+def _tool(ran: list[str], **overrides: object) -> ToolSpec:
+    def get_weather(args: WeatherArgs, ctx: ToolContext) -> dict[str, object]:
+        ran.append(args.city)
+        return {"city": args.city}
+
+    fields: dict[str, object] = {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "args_type": WeatherArgs,
+        "handler": get_weather,
+        "risk": RiskClass.IRREVERSIBLE,
+        "timeout": 5.0,
+    }
+    fields.update(overrides)
+    return ToolSpec(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("change", "status"),
+    [
+        ("policy-tightened", "denied"),
+        ("tool-removed", "unknown_tool"),
+        ("schema-changed", "denied"),
+        ("unauthorized-now", "unauthorized"),
+    ],
+)
+async def test_resume_revalidates_under_the_current_registry(
+    tmp_path: Path, change: str, status: str
+) -> None:
+    ran: list[str] = []
+    turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)]
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        op_id, _ = await _paused_and_approved(server.base_url, Registry([_tool(ran)]), store)
+        if change == "policy-tightened":
+            current = Registry([_tool(ran, policy=lambda ctx, args: False)])
+        elif change == "tool-removed":
+            current = Registry([])
+        elif change == "schema-changed":
+            current = Registry([_tool(ran, schema_version="2")])
+        else:
+            current = Registry([_tool(ran, authorize=lambda auth, args: False)])
+        done = await runner(server.base_url, current, store=store).resume(op_id)
+    assert done.state is OpState.COMPLETED
+    assert done.calls[0].status == status
+    assert ran == []  # approved before the change, never executed after it
+
+
+@pytest.mark.anyio
+async def test_sixteen_concurrent_resumes_dispatch_exactly_once(tmp_path: Path) -> None:
+    import anyio
+
+    ran: list[str] = []
+    registry = make_registry(ran, risk=RiskClass.IRREVERSIBLE)
+    turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)]
+    results: list[OpState] = []
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        op_id, _ = await _paused_and_approved(server.base_url, registry, store)
+
+        async def worker(i: int) -> None:
+            r = runner(server.base_url, registry, store=store, worker_id=f"w{i}")
+            results.append((await r.resume(op_id)).state)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(16):
+                tg.start_soon(worker, i)
+        final = await store.get_operation(op_id)
+    assert ran == ["New York City"]
+    assert len(server.requests) == 2  # one model turn after the pause, not sixteen
+    assert OpState.COMPLETED in results
+    assert final is not None and final.state == "completed"
+
+
+class PaymentArgs(msgspec.Struct, forbid_unknown_fields=True):
+    city: str
+    api_token: str
+
+
+@pytest.mark.anyio
+async def test_planted_secret_in_a_sensitive_field_never_reaches_the_audit(
+    planted_secret_scan: list[str],
+) -> None:
+    from callgate.adapters.render import RenderCall, render_turn
+
+    from .conftest import PLANTED_SECRET
+
+    ran: list[str] = []
+
+    def pay(args: PaymentArgs, ctx: ToolContext) -> dict[str, object]:
+        ran.append(args.city)
+        return {"city": args.city, "token_echo": args.api_token}
+
+    registry = Registry(
+        [
+            ToolSpec(
+                name="pay",
+                description="Pay.",
+                args_type=PaymentArgs,
+                handler=pay,
+                sensitive_paths=("$.api_token",),
+                sensitive_result_paths=("$.token_echo",),
+            )
+        ]
+    )
+    arguments = msgspec.json.encode({"city": "Oslo", "api_token": PLANTED_SECRET}).decode()
+    turns = [
+        ReplayTurn(body=render_turn("openai_chat", calls=[RenderCall("call_p", "pay", arguments)])),
+        ReplayTurn.from_file(FINAL),
+    ]
+    audit = MemoryAuditSink()
+    before = len(planted_secret_scan)
+    async with ReplayServer(turns) as server:
+        result = await runner(server.base_url, registry, audit=audit.write).start("Pay")
+    assert result.state is OpState.COMPLETED and ran == ["Oslo"]
+    written = [msgspec.json.encode(r).decode() for r in audit.records]
+    assert written and all(PLANTED_SECRET not in line for line in written)
+    assert any("[REDACTED]" in line for line in written)
+    assert len(planted_secret_scan) > before  # the session scan saw these records too

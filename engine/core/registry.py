@@ -138,7 +138,8 @@ class ToolSpec:
     what the model is shown. ``approval`` is a bool or ``rule(args, PolicyContext)``;
     None means "approve irreversible tools only". ``authorize`` / ``policy`` None means
     "allow". ``max_result_bytes`` / ``max_concurrency`` None defer to the operation's
-    ``Budgets``. ``sensitive_paths`` name argument fields to redact in audit records.
+    ``Budgets``. ``sensitive_paths`` name argument fields to redact in audit records;
+    ``sensitive_result_paths`` name fields of the handler's return value to redact there.
     ``idempotency_fields(args)`` selects the business arguments of the idempotency key
     (None: all arguments).
     """
@@ -158,6 +159,7 @@ class ToolSpec:
     max_result_bytes: int | None = None
     max_concurrency: int | None = None
     sensitive_paths: tuple[str, ...] = ()
+    sensitive_result_paths: tuple[str, ...] = ()
     revisions: Revisions = field(default_factory=Revisions)
     idempotency_fields: Callable[[Any], Any] | None = None
     reconcile: ReconcileFn | None = None

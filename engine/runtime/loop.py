@@ -240,6 +240,11 @@ class Runner:
                 expired = True
             elif record.status in (ApprovalStatus.EXPIRED,):
                 expired = True
+            spec = self.registry.get(record.tool)
+            if approved and (spec is None or spec.schema_version != record.schema_version):
+                # The person approved a call under another tool contract: that approval
+                # does not carry over (revalidation then answers denied or unknown_tool).
+                approved = False
             out[call_id] = ApprovalDecision(
                 approval_id=approval_id,
                 call_id=call_id,

@@ -244,7 +244,7 @@ class OperationDrive:
                         "arguments": call.arguments,
                         "raw_sha256": sha256_hex(call.raw_arguments),
                     },
-                    redact=self._sensitive(call.name, "arguments"),
+                    redact=self._sensitive(call.name, arguments=True),
                 )
         verdicts = validate_turn(
             outcome.calls, self.r.registry, self.auth, self.tracker, approvals=decisions
@@ -309,7 +309,7 @@ class OperationDrive:
                         "detail": res.detail,
                         "result": res.model_result,
                     },
-                    redact=self._sensitive(res.tool, "result"),
+                    redact=self._sensitive(res.tool, arguments=False),
                 )
             if any(res.unresolved for res in results.values()):
                 # A side effect may have happened and reconciliation could not settle it:
@@ -495,11 +495,16 @@ class OperationDrive:
                 )
             )
 
-    def _sensitive(self, tool: str, prefix: str) -> list[str]:
+    def _sensitive(self, tool: str, *, arguments: bool) -> list[str]:
+        """Redaction paths inside an audit record's data: ``arguments.<path>`` for the
+        call's arguments, ``result.result.<path>`` for a handler's value (the record holds
+        the model_result ``{"result": value}`` under ``result``)."""
         spec = self.r.registry.get(tool)
         if spec is None:
             return []
-        return [f"{prefix}.{p.removeprefix('$.')}" for p in spec.sensitive_paths]
+        if arguments:
+            return [f"arguments.{p.removeprefix('$.')}" for p in spec.sensitive_paths]
+        return [f"result.result.{p.removeprefix('$.')}" for p in spec.sensitive_result_paths]
 
 
 def _bindable_arguments(call: ProposedCall) -> dict[str, Any]:
