@@ -335,3 +335,26 @@ async def test_planted_secret_in_a_sensitive_field_never_reaches_the_audit(
     assert written and all(PLANTED_SECRET not in line for line in written)
     assert any("[REDACTED]" in line for line in written)
     assert len(planted_secret_scan) > before  # the session scan saw these records too
+
+
+@pytest.mark.anyio
+async def test_arguments_edited_in_the_store_during_the_pause_are_not_executed(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+    registry = make_registry(ran, risk=RiskClass.IRREVERSIBLE)
+    turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)]
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        op_id, _ = await _paused_and_approved(server.base_url, registry, store)
+        record = await store.get_operation(op_id)
+        assert record is not None
+        snapshot = msgspec.json.decode(record.snapshot)
+        snapshot["outcome"]["calls"][0]["arguments"] = {"city": "Atlantis"}  # tampered
+        await store.save_operation(
+            msgspec.structs.replace(record, snapshot=msgspec.json.encode(snapshot)),
+            expected_version=record.version,
+            fencing_token=record.fencing_token,
+        )
+        done = await runner(server.base_url, registry, store=store).resume(op_id)
+    assert done.calls[0].status == "denied"  # the approval was for other arguments
+    assert ran == []
