@@ -13,6 +13,7 @@ out-of-order array index is a ``StreamProtocolError``. Every byte it holds count
 from __future__ import annotations
 
 import re
+from json.encoder import encode_basestring as _escape
 from typing import Any, Final
 
 import msgspec
@@ -44,15 +45,22 @@ def _utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode())
 
 
-class _Leaf:
-    """One path's value; a string grows from ``pieces`` while ``open``."""
+# A string leaf joins its newest pieces into one every this many pieces, so a long
+# streamed string holds about its own size rather than one object per small piece.
+_COMPACT = 512
 
-    __slots__ = ("open", "pieces", "value")
+
+class _Leaf:
+    """One path's value; a string grows from ``pieces`` while ``open``. ``fresh``
+    counts the pieces appended since the last compaction."""
+
+    __slots__ = ("fresh", "open", "pieces", "value")
 
     def __init__(self, value: Any, pieces: list[str] | None, open_: bool) -> None:
         self.value = value
         self.pieces = pieces
         self.open = open_
+        self.fresh = 1
 
 
 class StreamedArguments:
@@ -80,10 +88,15 @@ class StreamedArguments:
             if self._nbytes > limit:
                 raise LimitExceeded("max_call_argument_bytes", limit, "vertex streamed arguments")
             if leaf is not None:
-                if string is None or leaf.pieces is None or not leaf.open:
+                held = leaf.pieces
+                if string is None or held is None or not leaf.open:
                     raise StreamProtocolError(f"vertex: jsonPath {path!r} repeated after it ended")
-                leaf.pieces.append(string)
+                held.append(string)
                 leaf.open = piece.will_continue
+                leaf.fresh += 1
+                if leaf.fresh >= _COMPACT:
+                    held[-_COMPACT:] = ["".join(held[-_COMPACT:])]
+                    leaf.fresh = 0
             elif string is not None:
                 leaves[path] = _Leaf(None, [string], piece.will_continue)
             elif piece.number_value is not None:
@@ -107,8 +120,30 @@ class StreamedArguments:
             if len(segments) > max_depth:
                 raise LimitExceeded("max_json_depth", max_depth, f"vertex jsonPath {path!r}")
             value = "".join(leaf.pieces) if leaf.pieces is not None else leaf.value
+            leaf.pieces = None  # the joined value replaces the pieces (memory)
             _assign(root, segments, value, path)
-        return msgspec.json.encode(root).decode()
+        self._leaves = {}
+        return _json_text(root)
+
+
+def _json_text(root: dict[str, Any]) -> str:
+    """``msgspec.json.encode(root).decode()``, without its peaks: strings are escaped
+    straight to ``str`` by the stdlib's C escaper (the same output as msgspec's for
+    every code point) instead of going through bytes, and each member is released as
+    soon as it is written, so a long streamed string is held about twice, not five
+    times."""
+    pieces: list[str] = []
+    for key in list(root):
+        value = root.pop(key)
+        pieces += (
+            "," if pieces else "{",
+            _escape(key),
+            ":",
+            _escape(value) if type(value) is str else msgspec.json.encode(value).decode(),
+        )
+        del value
+    pieces.append("}" if pieces else "{}")
+    return "".join(pieces)
 
 
 def _parse_path(path: str) -> list[str | int]:

@@ -142,6 +142,7 @@ class AnthropicStream:
         "_blocks",
         "_done",
         "_limits",
+        "_open_tools",
         "_other_blocks",
         "_started",
         "_stop_reason",
@@ -151,6 +152,8 @@ class AnthropicStream:
     def __init__(self, limits: Limits) -> None:
         self._limits = limits
         self._blocks: dict[int, _Block] = {}
+        # Indexes of the tool_use blocks started and not stopped (argument fragments).
+        self._open_tools: set[int] = set()
         self._other_blocks = 0
         self._text_bytes = 0
         self._started = False
@@ -165,8 +168,14 @@ class AnthropicStream:
                 f"anthropic: undecodable {event.event!r} event: {exc}"
             ) from None
         kind = ev.type
-        # Deltas are nearly every event: test for them first.
+        # Deltas are nearly every event: test for them first, and take a tool call's
+        # argument fragment right here (the checks of ``_block_delta`` for that case).
         if kind == "content_block_delta" and not self._done:
+            delta = ev.delta
+            if ev.index in self._open_tools and delta is not None:
+                fragment = delta.partial_json
+                if delta.type == "input_json_delta" and fragment is not None:
+                    return [ArgumentsDelta(ev.index, fragment)] if fragment else []
             return self._block_delta(ev)
         if kind == "ping":
             return []
@@ -258,6 +267,7 @@ class AnthropicStream:
             if not isinstance(name, str) or not isinstance(call_id, str):
                 raise StreamProtocolError(f"anthropic: tool_use block {index} lacks id or name")
             self._blocks[index] = _Block(_TOOL, None)
+            self._open_tools.add(index)
             return [CallStarted(index, name, call_id=call_id)]
         # Each non-tool block becomes one continuation item at its stop.
         self._other_blocks += 1
@@ -323,6 +333,7 @@ class AnthropicStream:
             raise StreamProtocolError(f"anthropic: content_block_stop for {state} block {index}")
         block.open = False
         if block.kind == _TOOL:
+            self._open_tools.discard(index)
             return [CallDone(index)]
         data = block.data
         assert data is not None  # set for every non-tool block

@@ -356,7 +356,13 @@ class GeminiStream:
                 )
             if fc.args:
                 # The exact argument bytes; a JSON object is required, the assembler checks.
-                out.append(ArgumentsDelta(index, str(fc.args, "utf-8")))
+                try:
+                    text = str(fc.args, "utf-8")
+                except UnicodeDecodeError:
+                    raise StreamProtocolError(
+                        f"gemini: functionCall {fc.name!r} args are not valid UTF-8"
+                    ) from None
+                out.append(ArgumentsDelta(index, text))
             out.append(CallDone(index))
             return index
         if vertex is None:

@@ -177,6 +177,22 @@ class GeminiInteractionsStream:
         etype = ev.event_type or event.event
         op = _OPS.get(etype)
         if op == _OP_DELTA:
+            # Nearly every event: a call's argument fragment is taken right here (the
+            # checks of ``_delta`` for that case); anything else goes there.
+            step = self._steps.get(ev.index)
+            delta = ev.delta
+            if (
+                step is not None
+                and step.call_open
+                and step.open
+                and step.kind == _CALL
+                and not self._done
+                and delta is not None
+                and delta.type == "arguments_delta"
+                and not delta.signature
+                and type(fragment := delta.arguments) is str
+            ):
+                return [ArgumentsDelta(ev.index, fragment)] if fragment else []
             return self._delta(ev)
         if op == _OP_ERROR:
             return [_provider_error(ev.error)]

@@ -164,12 +164,22 @@ def _usage(view: _UsageView) -> Usage:
 class OpenAIResponsesStream:
     """Decoding state of one Responses stream."""
 
-    __slots__ = ("_by_item", "_items", "_limits", "_meta_sent", "_started", "_terminal")
+    __slots__ = (
+        "_by_item",
+        "_done_args",
+        "_items",
+        "_limits",
+        "_meta_sent",
+        "_started",
+        "_terminal",
+    )
 
     def __init__(self, limits: Limits) -> None:
         self._limits = limits
         # Function-call item id -> output_index, for deltas that carry only item_id.
         self._by_item: dict[str, int] = {}
+        # output_index -> the argument text of its arguments.done, until output_item.done.
+        self._done_args: dict[int, str] = {}
         self._started = 0
         self._items = 0
         self._meta_sent = False
@@ -177,6 +187,21 @@ class OpenAIResponsesStream:
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
         name = event.event
+        if name == "response.function_call_arguments.delta" and not self._terminal:
+            # Nearly every event: ``_on_arguments_delta`` inlined for an event that
+            # names its output_index (OpenAI's own always do). After the terminal
+            # event the handler decides.
+            try:
+                ev = _ARGS_DELTA.decode(event.data)
+            except msgspec.DecodeError as exc:
+                raise StreamProtocolError(
+                    f"openai_responses: undecodable {name} event: {exc}"
+                ) from None
+            if not ev.delta:
+                return []
+            if ev.output_index is None:
+                return [ArgumentsDelta(self._index(None, ev.item_id), ev.delta)]
+            return [ArgumentsDelta(ev.output_index, ev.delta)]
         handler = _HANDLERS.get(name)
         if handler is None:
             if name != "message":
@@ -251,7 +276,10 @@ class OpenAIResponsesStream:
 
     def _on_arguments_done(self, data: bytes) -> list[EngineEvent]:
         ev = _ARGS_DONE.decode(data)
-        return [CallDone(self._index(ev.output_index, ev.item_id), ev.arguments)]
+        index = self._index(ev.output_index, ev.item_id)
+        if ev.arguments is not None:
+            self._done_args[index] = ev.arguments
+        return [CallDone(index, ev.arguments)]
 
     def _on_item_done(self, data: bytes) -> list[EngineEvent]:
         ev = _ITEM_DONE.decode(data)
@@ -273,6 +301,12 @@ class OpenAIResponsesStream:
                         f"openai_responses: function_call at output_index {index} has "
                         "non-string arguments"
                     )
+                if arguments is not None:
+                    # The item repeats the text of arguments.done: keep one copy of it
+                    # (the kept item is verbatim either way; the texts are equal).
+                    seen = self._done_args.pop(index, None)
+                    if seen is not None and seen == arguments:
+                        item["arguments"] = arguments = seen
                 return [CallDone(index, arguments), ContinuationItem(kind, index, item)]
         return [ContinuationItem(kind, index, item)]
 

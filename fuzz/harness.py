@@ -9,6 +9,7 @@ libFuzzer reports as a crash and saves as an artifact.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import types
@@ -139,5 +140,11 @@ def fuzz_main(
     kwargs: dict[str, Any] = {}
     if custom_mutator is not None:
         kwargs["custom_mutator"] = custom_mutator
-    atheris.Setup(sys.argv, check, **kwargs)
+    argv = list(sys.argv)
+    # libFuzzer re-executes argv[0] for -merge/-fork: under ``python -m`` that is the
+    # module's file, which cannot run alone; fuzz/run.py passes an executable launcher.
+    launcher = os.environ.get("CALLGATE_FUZZ_LAUNCHER")
+    if launcher:
+        argv[0] = launcher
+    atheris.Setup(argv, check, **kwargs)
     atheris.Fuzz()

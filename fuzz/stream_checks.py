@@ -16,10 +16,11 @@ fixed budget.
 
 from __future__ import annotations
 
+import contextlib
 import tracemalloc
 from typing import Any
 
-import orjson
+import msgspec
 
 from callgate.engine.core.adapter import Adapter, load_adapter
 from callgate.engine.core.arguments import parse_arguments
@@ -115,10 +116,8 @@ def _sse_events(data: bytes, collect: bool) -> list[SSEEvent]:
             events.extend(decoder.feed(chunk))
         except (StreamProtocolError, LimitExceeded):
             return events
-    try:
+    with contextlib.suppress(StreamProtocolError, LimitExceeded):
         events.extend(decoder.close())
-    except (StreamProtocolError, LimitExceeded):
-        pass
     return events
 
 
@@ -198,11 +197,14 @@ def check_outcome(outcome: TurnOutcome, events: list[EngineEvent], limits: Limit
     expect(n_calls <= limits.max_calls_per_response, f"{n_calls} calls in the turn")
     text = len(outcome.text) + len(outcome.refusal)
     expect(text <= limits.max_text_bytes, f"{text} characters of text in the turn")
-    for name, items in (("continuation", outcome.continuation), ("details", outcome.provider_details)):
+    for name, items in (
+        ("continuation", outcome.continuation),
+        ("details", outcome.provider_details),
+    ):
         expect(len(items) <= limits.max_continuation_items, f"{len(items)} {name} items")
     item_cap = 6 * (limits.max_event_bytes + limits.max_call_argument_bytes) + 64
     for item in outcome.continuation:
-        weight = len(orjson.dumps(item.item))
+        weight = len(msgspec.json.encode(item.item))  # provider JSON: any integer size
         expect(weight <= item_cap, f"a {item.kind} continuation item of {weight} bytes")
 
 

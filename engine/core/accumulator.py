@@ -1,15 +1,22 @@
 """Per-call argument accumulation for one response.
 
-Fragments are keyed by the provider's output index, appended to a list and joined
-once; the joined text is parsed only when the provider's explicit done signal for that
-call arrives. Every buffer is capped: bytes per call, bytes per response, calls per
-response. A call that never receives its done signal is never a complete call.
+Fragments are keyed by the provider's output index and collected per call; the
+provider's explicit done signal closes a call, and its text is encoded and parsed once,
+when the turn's calls are read (``complete``), never before the done signal. Every
+buffer is capped: bytes per call, bytes per response, calls per response. A call that
+never receives its done signal is never a complete call.
 
 Protocol violations (a reused index, a fragment for a call that never started or that
 is already done) raise ``StreamProtocolError``; exceeding the per-response caps raises
 ``LimitExceeded``. Exceeding the per-call cap only spoils that call: it is reported with
 ``arguments=None`` and an error (and later answered with ``invalid_arguments``), while
 its fragments stop being stored, so memory stays bounded.
+
+Why it is shaped like this (speed and memory): a fragment for an open call costs one
+dict lookup, two additions and a list append; every ``_COMPACT`` code points the held
+fragments are joined into one block, so a long call holds about its own size, not one
+string object per 8-byte fragment. Encoding and parsing wait until the calls are read,
+after the stream's events (and their copies of the text) have been released.
 """
 
 from __future__ import annotations
@@ -24,6 +31,10 @@ from .outcome import IncompleteCall, ProposedCall
 
 __all__ = ["CallAccumulator", "derive_call_id"]
 
+# Held fragments are joined into one block every this many code points: small enough
+# that per-fragment object overhead stays bounded, large enough that joins are rare.
+_COMPACT = 4096
+
 
 def derive_call_id(response_id: str | None, index: int) -> str:
     """A deterministic call id for providers that omit one (Gemini 2.x): the same
@@ -31,29 +42,55 @@ def derive_call_id(response_id: str | None, index: int) -> str:
     return "cgcall_" + digest_fields("call-id", response_id, index)[:24]
 
 
+def _cap_error(limit: int) -> str:
+    return f"arguments exceed max_call_argument_bytes ({limit})"
+
+
+def _pieces_equal(text: str, pieces: list[str]) -> bool:
+    """``"".join(pieces) == text`` without building the joined copy."""
+    pos = 0
+    for piece in pieces:
+        if not text.startswith(piece, pos):
+            return False
+        pos += len(piece)
+    return pos == len(text)
+
+
 class _Call:
     __slots__ = (
         "arguments",
+        "blocks",
         "call_id",
+        "disagree",
         "done",
         "error",
         "index",
         "item_id",
+        "mark",
         "name",
         "parts",
         "raw",
         "size",
+        "text",
     )
 
-    def __init__(self, index: int, name: str, call_id: str | None, item_id: str | None) -> None:
+    def __init__(
+        self, index: int, name: str, call_id: str | None, item_id: str | None, mark: int
+    ) -> None:
         self.index = index
         self.name = name
         self.call_id = call_id
         self.item_id = item_id
-        self.parts: list[str] = []
-        self.size = 0
+        self.parts: list[str] = []  # fragments since the last compaction
+        self.blocks: list[str] = []  # compacted fragments, in order
+        self.size = 0  # code points received: a cheap lower bound of the UTF-8 size
+        self.mark = mark  # the size at which the next fragment takes the slow path
         self.done = False
         self.error: str | None = None
+        # After the done signal: the whole text, until it is encoded and parsed.
+        self.text: str | None = None
+        # A repeated done signal disagreed while the text was still unparsed.
+        self.disagree = False
         self.arguments: dict[str, Any] | None = None
         self.raw = b""
 
@@ -61,20 +98,36 @@ class _Call:
 class CallAccumulator:
     """Collects the calls of one response. Not thread-safe; one per response."""
 
-    __slots__ = ("_by_item", "_calls", "_limits", "_total")
+    __slots__ = (
+        "_by_item",
+        "_calls",
+        "_done",
+        "_limits",
+        "_max_call",
+        "_max_total",
+        "_open",
+        "_total",
+    )
 
     def __init__(self, limits: Limits) -> None:
         self._limits = limits
+        self._max_call = limits.max_call_argument_bytes
+        self._max_total = limits.max_response_argument_bytes
         self._calls: dict[int, _Call] = {}
+        # Calls that take fragments: started, not done, not over their cap.
+        self._open: dict[int, _Call] = {}
         self._by_item: dict[str, int] = {}
         self._total = 0
+        self._done = 0  # calls whose done signal arrived
 
     def start(self, index: int, name: str, call_id: str | None, item_id: str | None) -> None:
         if index in self._calls:
             raise StreamProtocolError(f"call index {index} started twice")
         if len(self._calls) >= self._limits.max_calls_per_response:
             raise LimitExceeded("max_calls_per_response", self._limits.max_calls_per_response)
-        self._calls[index] = _Call(index, name, call_id, item_id)
+        call = _Call(index, name, call_id, item_id, min(self._max_call, _COMPACT))
+        self._calls[index] = call
+        self._open[index] = call
         if item_id is not None:
             self._by_item[item_id] = index
 
@@ -82,6 +135,24 @@ class CallAccumulator:
         return self._by_item.get(item_id)
 
     def fragment(self, index: int, text: str) -> None:
+        call = self._open.get(index)
+        if call is None:
+            self._closed_fragment(index)
+            return
+        n = len(text)
+        total = self._total + n
+        if total > self._max_total:
+            raise LimitExceeded("max_response_argument_bytes", self._max_total)
+        self._total = total
+        size = call.size + n
+        call.size = size
+        if size > call.mark:
+            self._grow(call, text)
+        elif n:
+            call.parts.append(text)
+
+    def _closed_fragment(self, index: int) -> None:
+        """A fragment for a call that takes none: a violation, or a spoiled call."""
         call = self._calls.get(index)
         if call is None:
             raise StreamProtocolError(
@@ -91,24 +162,21 @@ class CallAccumulator:
             raise StreamProtocolError(
                 f"argument fragment for call index {index} after its done signal"
             )
-        if call.error is not None or not text:
-            # Over its cap: the call is spoiled anyway. Empty: nothing to keep, and an
-            # empty piece would hold a list slot that no cap counts.
-            return
-        n = len(text)  # code points: a cheap lower bound of the UTF-8 size, exact check on join
-        self._total += n
-        if self._total > self._limits.max_response_argument_bytes:
-            raise LimitExceeded(
-                "max_response_argument_bytes", self._limits.max_response_argument_bytes
-            )
-        call.size += n
-        if call.size > self._limits.max_call_argument_bytes:
-            call.error = (
-                f"arguments exceed max_call_argument_bytes ({self._limits.max_call_argument_bytes})"
-            )
+        # Otherwise the call is over its cap: keep memory bounded, it is spoiled anyway.
+
+    def _grow(self, call: _Call, text: str) -> None:
+        """The call passed its mark: spoil it over the cap, else compact its fragments."""
+        if call.size > self._max_call:
+            call.error = _cap_error(self._max_call)
             call.parts = []
+            call.blocks = []
+            del self._open[call.index]
             return
-        call.parts.append(text)
+        parts = call.parts
+        parts.append(text)
+        call.blocks.append("".join(parts))
+        parts.clear()
+        call.mark = min(self._max_call, call.size + _COMPACT)
 
     def done(self, index: int, arguments: str | None) -> None:
         call = self._calls.get(index)
@@ -117,69 +185,95 @@ class CallAccumulator:
         if call.done:
             # A repeated done (Responses sends arguments.done and output_item.done) is a
             # no-op when it agrees; a disagreeing one spoils the call.
-            # surrogatepass: a lone surrogate must disagree, not raise (raw is valid UTF-8).
-            repeated = None if arguments is None else arguments.encode("utf-8", "surrogatepass")
-            if repeated is not None and call.error is None and repeated != call.raw:
-                call.error = "done events disagree about the arguments"
-                call.arguments = None
+            if arguments is not None and call.error is None and not self._same(call, arguments):
+                if call.text is not None:
+                    call.disagree = True  # applied after the parse, whose errors come first
+                else:
+                    call.error = "done events disagree about the arguments"
+                    call.arguments = None
             return
         call.done = True
+        self._done += 1
+        self._open.pop(index, None)  # absent when the call is over its cap
         if call.error is not None:
             return
-        joined = "".join(call.parts)
+        pieces = call.blocks
+        pieces += call.parts
+        call.blocks = []
         call.parts = []
         if arguments is not None:
-            if not joined:
-                joined = arguments
+            if not pieces:
                 if not self._admit_whole(call, len(arguments)):
                     return
-            elif arguments != joined:
+            elif not _pieces_equal(arguments, pieces):
                 call.error = "arguments in the done event differ from the streamed fragments"
                 return
-        self._parse(call, joined)
+            call.text = arguments
+        else:
+            call.text = "".join(pieces)
+
+    @staticmethod
+    def _same(call: _Call, arguments: str) -> bool:
+        if call.text is not None:
+            return arguments == call.text
+        try:
+            return arguments.encode("utf-8") == call.raw
+        except UnicodeEncodeError:
+            return False
 
     def _admit_whole(self, call: _Call, n: int) -> bool:
         """Count arguments that arrived whole in a done event; False spoils the call."""
         self._total += n
-        if self._total > self._limits.max_response_argument_bytes:
-            raise LimitExceeded(
-                "max_response_argument_bytes", self._limits.max_response_argument_bytes
-            )
-        if n > self._limits.max_call_argument_bytes:
-            call.error = (
-                f"arguments exceed max_call_argument_bytes ({self._limits.max_call_argument_bytes})"
-            )
+        if self._total > self._max_total:
+            raise LimitExceeded("max_response_argument_bytes", self._max_total)
+        if n > self._max_call:
+            call.error = _cap_error(self._max_call)
             return False
         return True
 
-    def _parse(self, call: _Call, joined: str) -> None:
+    def _finish(self, call: _Call) -> None:
+        """Encode and parse a done call's text (once)."""
+        text = call.text
+        if text is None:
+            return
+        call.text = None
         try:
-            raw = joined.encode("utf-8")
+            raw = text.encode("utf-8")
         except UnicodeEncodeError:
             call.error = "arguments contain a lone surrogate"
             return
+        del text  # the parse below is the peak: hold the bytes, not the string too
         call.raw = raw
-        if len(raw) > self._limits.max_call_argument_bytes:
-            call.error = (
-                f"arguments exceed max_call_argument_bytes ({self._limits.max_call_argument_bytes})"
-            )
+        if len(raw) > self._max_call:
+            call.error = _cap_error(self._max_call)
             return
         try:
             call.arguments = parse_arguments(raw, self._limits.max_json_depth)
         except ArgumentsRejected as exc:
             call.error = exc.reason
+            return
+        if call.disagree:
+            call.error = "done events disagree about the arguments"
+            call.arguments = None
 
     @property
     def open_count(self) -> int:
-        return sum(1 for c in self._calls.values() if not c.done)
+        return len(self._calls) - self._done
+
+    @property
+    def any_done(self) -> bool:
+        return self._done > 0
 
     def complete(self, response_id: str | None) -> tuple[ProposedCall, ...]:
         """Calls whose done signal arrived, in output order."""
         out = []
-        for index in sorted(self._calls):
-            call = self._calls[index]
+        calls = self._calls
+        for index in sorted(calls):
+            call = calls[index]
             if not call.done:
                 continue
+            if call.text is not None:
+                self._finish(call)
             derived = call.call_id is None or call.call_id == ""
             out.append(
                 ProposedCall(
@@ -196,6 +290,8 @@ class CallAccumulator:
         return tuple(out)
 
     def incomplete(self, reason: str) -> tuple[IncompleteCall, ...]:
+        if len(self._calls) == self._done:
+            return ()
         return tuple(
             IncompleteCall(
                 index=c.index,

@@ -22,6 +22,8 @@ import msgspec
 __all__ = ["ArgumentsRejected", "parse_arguments"]
 
 _decoder = msgspec.json.Decoder()
+_CONTAINERS = (dict, list)
+_BLANK = b" \t\n\r\x0b\x0c"  # what bytes.strip() removes
 
 
 class ArgumentsRejected(ValueError):
@@ -39,7 +41,7 @@ def parse_arguments(raw: bytes, max_depth: int) -> dict[str, Any]:
     streams a no-argument call as a single empty fragment, and an empty text cannot be
     a cut-off object (a cut stream never reaches the done signal that calls us).
     """
-    if not raw.strip():
+    if not raw or (raw[0] in _BLANK and not raw.strip()):
         return {}
     try:
         value = _decoder.decode(raw)
@@ -64,40 +66,77 @@ def _json_type(value: object) -> str:
 
 
 def _check_structure(root: dict[str, Any], raw: bytes, max_depth: int) -> None:
-    """Enforce the depth cap and detect duplicate keys in one walk over containers.
+    """Enforce the depth cap and detect duplicate keys.
 
     Duplicate keys vanish in a parsed dict, so they are found by counting: every object
-    member puts exactly one ``:`` outside strings, so
-    ``members = colons(raw) - colons inside decoded strings``. An escaped colon
-    (``\\u003a``) would break the count, so its rare presence takes the slow path.
+    member puts exactly one ``:`` outside strings, so ``colons(raw) >= members >= keys``
+    (distinct keys), and the keys are duplicate-free exactly when ``members == keys``.
+    One walk over the containers counts the keys; when ``raw`` holds no more colons
+    than that, ``members == keys`` follows at once (the common case: argument text
+    without colons inside its strings). Otherwise ``members = colons(raw) - colons
+    inside decoded strings``; an escaped colon (``\\u003a``) would break that count, so
+    its rare presence takes the slow path.
     """
-    keys = 0
-    string_colons = 0
-    stack: list[tuple[Any, int]] = [(root, 1)]
+    if max_depth < 1:
+        raise ArgumentsRejected(f"arguments nest deeper than {max_depth} levels")
+    # The top level first, without a stack: most argument objects are flat.
+    keys = len(root)
+    stack: list[tuple[Any, int]] = []
+    for item in root.values():
+        if isinstance(item, _CONTAINERS):
+            stack.append((item, 2))
     while stack:
         node, depth = stack.pop()
         if depth > max_depth:
             raise ArgumentsRejected(f"arguments nest deeper than {max_depth} levels")
         if isinstance(node, dict):
             keys += len(node)
+            items = node.values()
+        else:
+            items = node
+        for item in items:
+            if isinstance(item, _CONTAINERS):
+                stack.append((item, depth + 1))
+    if _colons_at_most(raw, keys):
+        return
+    string_colons = 0
+    nodes: list[Any] = [root]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, dict):
             for key, item in node.items():
                 string_colons += key.count(":")
                 if isinstance(item, str):
                     string_colons += item.count(":")
-                elif isinstance(item, dict | list):
-                    stack.append((item, depth + 1))
+                elif isinstance(item, _CONTAINERS):
+                    nodes.append(item)
         else:
             for item in node:
                 if isinstance(item, str):
                     string_colons += item.count(":")
-                elif isinstance(item, dict | list):
-                    stack.append((item, depth + 1))
+                elif isinstance(item, _CONTAINERS):
+                    nodes.append(item)
     if b"\\u003" in raw and b"\\u003a" in raw.lower():
         _check_duplicates_slow(raw)
         return
     members = raw.count(b":") - string_colons
     if members != keys:
         raise ArgumentsRejected("arguments contain a duplicate key")
+
+
+def _colons_at_most(raw: bytes, limit: int) -> bool:
+    """Whether ``raw`` holds at most ``limit`` colons. Few keys in a long text: look for
+    the first ``limit + 1`` colons (``find`` of one byte is a memchr, far faster than
+    ``count``, which visits every byte)."""
+    if limit * 128 >= len(raw):
+        return raw.count(b":") <= limit
+    find = raw.find
+    pos = -1
+    for _ in range(limit + 1):
+        pos = find(b":", pos + 1)
+        if pos < 0:
+            return True
+    return False
 
 
 def _check_duplicates_slow(raw: bytes) -> None:

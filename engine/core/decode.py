@@ -46,6 +46,7 @@ from .sse import SSEDecoder
 __all__ = ["StreamDecoder", "TurnAssembler", "decode"]
 
 _EXPLICIT_OK = (OutcomeKind.FINAL_TEXT, OutcomeKind.TOOL_PROPOSALS)
+_NO_USAGE = Usage()
 
 
 class TurnAssembler:
@@ -58,8 +59,8 @@ class TurnAssembler:
         "_details",
         "_error",
         "_failure",
-        "_handlers",
         "_limits",
+        "_max_text",
         "_model",
         "_refusal",
         "_response_id",
@@ -70,35 +71,23 @@ class TurnAssembler:
 
     def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
         self._limits = limits
+        self._max_text = limits.max_text_bytes
         self._calls = CallAccumulator(limits)
         self._text: list[str] = []
         self._refusal: list[str] = []
         self._text_size = 0
         self._response_id: str | None = None
         self._model: str | None = None
-        self._usage = Usage()
+        self._usage = _NO_USAGE
         self._completion: Completion | None = None
         self._error: ProviderErrorInfo | None = None
         self._failure: str | None = None
         self._continuation: list[ContinuationItem] = []
         self._details: list[ProviderDetail] = []
-        # Dispatch on the event's exact type: cheaper than an isinstance chain per event.
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            ArgumentsDelta: self._on_arguments,
-            TextDelta: self._on_text,
-            CallStarted: self._on_call_started,
-            CallDone: self._on_call_done,
-            RefusalDelta: self._on_refusal,
-            ResponseMeta: self._on_meta,
-            UsageReport: self._on_usage,
-            Completion: self._on_completion,
-            ProviderError: self._on_error,
-            ContinuationItem: self._on_continuation,
-            ProviderDetail: self._on_detail,
-        }
 
     def apply(self, event: EngineEvent) -> None:
-        self._handlers[type(event)](event)
+        # Dispatch on the event's exact type: cheaper than an isinstance chain per event.
+        _HANDLERS[type(event)](self, event)
 
     def _on_arguments(self, ev: ArgumentsDelta) -> None:
         self._calls.fragment(ev.index, ev.fragment)
@@ -195,11 +184,26 @@ class TurnAssembler:
             )
         if self._refusal:
             return OutcomeKind.REFUSAL, "the model refused (refusal content in the turn)"
-        if self._calls.complete(None):
+        if self._calls.any_done:
             return OutcomeKind.TOOL_PROPOSALS, "explicit completion with complete tool calls"
         if kind is OutcomeKind.TOOL_PROPOSALS:
             return OutcomeKind.FAILED, "a tool-use finish reason arrived without any call"
         return OutcomeKind.FINAL_TEXT, "explicit completion with text only"
+
+
+_HANDLERS: dict[type, Callable[[TurnAssembler, Any], None]] = {
+    ArgumentsDelta: TurnAssembler._on_arguments,
+    TextDelta: TurnAssembler._on_text,
+    CallStarted: TurnAssembler._on_call_started,
+    CallDone: TurnAssembler._on_call_done,
+    RefusalDelta: TurnAssembler._on_refusal,
+    ResponseMeta: TurnAssembler._on_meta,
+    UsageReport: TurnAssembler._on_usage,
+    Completion: TurnAssembler._on_completion,
+    ProviderError: TurnAssembler._on_error,
+    ContinuationItem: TurnAssembler._on_continuation,
+    ProviderDetail: TurnAssembler._on_detail,
+}
 
 
 class StreamDecoder:
@@ -216,31 +220,53 @@ class StreamDecoder:
     def feed(self, data: bytes) -> list[EngineEvent]:
         """Consume bytes; return the engine events they completed. After a failure the
         rest of the stream is ignored (the outcome is already ``failed``)."""
-        if self._done:
-            return []
         out: list[EngineEvent] = []
+        self._pump(data, out)
+        return out
+
+    def _pump(self, data: bytes, out: list[EngineEvent] | None) -> None:
+        """Feed ``data`` through the pipeline; collect the engine events into ``out``
+        unless it is None (``decode`` has no use for them)."""
+        if self._done:
+            return
+        turn = self._turn
         try:
             decode = self._adapter_stream.decode
-            apply = self._turn.apply
+            apply = turn.apply
+            # The two events that are nearly every event of a long stream skip the
+            # generic dispatch (exact type tests: subclasses go the generic way).
+            fragment = turn._calls.fragment
+            on_text = turn._on_text
             sse_error: Exception | None = None
             try:
                 sse_events = self._sse.feed(data)
             except (LimitExceeded, StreamProtocolError) as exc:
                 # The events this chunk completed before the error came first in the
-                # stream: process them, so chunk boundaries never change the outcome
-                # (one of them may fail first, or carry a provider error).
+                # stream: process them, so that chunk boundaries never change the
+                # outcome (one of them may fail first, or carry a provider error).
                 sse_events = self._sse.take_salvaged()
                 sse_error = exc
             for sse in sse_events:
-                for event in decode(sse):
-                    apply(event)
-                    out.append(event)
+                events = decode(sse)
+                try:
+                    for event in events:
+                        if type(event) is ArgumentsDelta:
+                            fragment(event.index, event.fragment)
+                        elif type(event) is TextDelta:
+                            on_text(event)
+                        else:
+                            apply(event)
+                except Exception:
+                    if out is not None:  # the events applied before the failing one
+                        out += events[: next(i for i, e in enumerate(events) if e is event)]
+                    raise
+                if out is not None:
+                    out += events
             if sse_error is not None:
                 raise sse_error
         except Exception as exc:
             if not self._absorb(exc):
                 raise
-        return out
 
     def _absorb(self, exc: Exception) -> bool:
         """Turn a failure caused by the input into a ``failed`` outcome; re-raise others."""
@@ -278,6 +304,7 @@ def decode(provider: str, chunks: Iterable[bytes], limits: Limits | None = None)
     provider name raises ``ConfigError``.
     """
     decoder = StreamDecoder(load_adapter(provider), limits or DEFAULT_LIMITS)
+    pump = decoder._pump
     for chunk in chunks:
-        decoder.feed(chunk)
+        pump(chunk, None)
     return decoder.finish()

@@ -10,16 +10,22 @@ bound, and it decodes every byte to ``str`` before splitting.
 
 How it stays fast: CR and LF are ASCII, so the decoder splits raw bytes (a multi-byte
 UTF-8 character can never be cut by a split). Each chunk is scanned by C-level
-``bytes`` methods: CR/CRLF are normalised to LF, then a chunk made only of
-``data: <value>`` events is split into values by one ``split`` call; otherwise the
-complete part is split on ``b"\\n\\n"`` into event blocks, and the common block shapes
-(one ``data:`` line, or ``event:`` + ``data:``) become events without a per-line loop.
-Everything else goes through the general per-line path. An unterminated line is kept
-as the pieces it arrived in, so a long line is never rescanned or recopied until its
-line end arrives, and per-line length checks run only on chunks longer than a cap.
+``bytes`` methods, a few calls per chunk rather than per event, for the shapes real
+streams use: a chunk of ``data: <value>`` events (OpenAI chat; Gemini's CRLF framing
+is split as is, since rewriting every CRLF costs more than the split) is split into
+values by one ``split`` call; a chunk of ``event:`` + ``data:`` pairs (Anthropic,
+Responses, Interactions) is split into lines once and its names and values sliced out
+of that list. Everything else is normalised to LF and goes through the block and
+per-line paths. An unterminated line is kept as the pieces it arrived in, so a long
+line is never rescanned until its line end arrives, and is then joined once, a
+``data:`` line straight into its value; per-line length checks run only on chunks
+longer than a cap.
 """
 
 from __future__ import annotations
+
+from itertools import repeat
+from typing import cast
 
 import msgspec
 
@@ -38,9 +44,13 @@ _BOM = b"\xef\xbb\xbf"
 _LF = 10
 _CR = 13
 _FIELDS = frozenset((b"data", b"event", b"id", b"retry"))
-# Decoded event names kept per decoder: real streams use a few dozen; the cap stops a
-# hostile stream from growing the cache with endless distinct names.
+# Decoded event names, shared by all decoders (a pure function of the bytes, so nothing
+# leaks between streams): real streams use a few dozen, decoded once per process, not
+# once per stream. A full cache is emptied, so a hostile stream with endless distinct
+# names can cost a re-decode of the common ones, never unbounded memory.
 _TYPE_CACHE = 256
+_TYPES: dict[bytes, str] = {}  # event name -> dispatched type
+_LINE_TYPES: dict[bytes, str] = {}  # the same, keyed by the whole `event: <name>` line
 
 
 class SSEEvent(msgspec.Struct, frozen=True):
@@ -107,7 +117,6 @@ class SSEDecoder:
         "_small",
         "_tail_len",
         "_type",
-        "_types",
         "_unframed",
         "_unframed_len",
     )
@@ -144,7 +153,6 @@ class SSEDecoder:
         self._unframed: list[bytes] = []
         self._unframed_len = 0
         self._last_id: str | None = None  # per spec it outlives the event that set it
-        self._types: dict[bytes, str] = {}  # decoded event names; streams reuse a few
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         """Consume a chunk; return the events it completed, in stream order."""
@@ -159,6 +167,10 @@ class SSEDecoder:
                 if data[-1] == _CR:
                     self._cr = True
                     self._plain = False
+                elif not self._parts and not self._held and not self._dirty:
+                    events = self._crlf_values(data)
+                    if events is not None:
+                        return events
                 data = data.replace(b"\r\n", b"\n")
                 if _CR in data:  # a bare CR; rare, and replace() scans the whole chunk
                     data = data.replace(b"\r", b"\n")
@@ -166,23 +178,43 @@ class SSEDecoder:
             if not end:
                 self._buffer(data)
                 return []
-            if self._carry:
-                end += self._held + self._tail_len
-                if self._parts:
-                    text = b"".join((self._carry, *self._parts, data))
-                    self._parts = []
-                else:
-                    text = self._carry + data
-            else:
-                text = data
-            rest = len(text) - end
-            if rest > self._max_line or end > self._small:
-                return self._guarded(text, end)
-            self._carry = text[end:] if rest else b""
-            self._held = 0
-            self._tail_len = rest
+            if self._parts:
+                # A line that spans several chunks ends here: build it in one join.
+                head, data = self._long_line(data)
+                if not data:
+                    return head
+                try:
+                    end = data.rfind(b"\n") + 1
+                    if not end:
+                        self._buffer(data)
+                        return head
+                    events = self._complete(data, end)
+                except CallgateError:
+                    self._salvage = head + self._salvage  # the long line's event came first
+                    raise
+                return head + events if head else events
+            return self._complete(data, end)
+        except CallgateError as exc:
+            self._poison(exc)
+            raise
+
+    def _complete(self, data: bytes, end: int) -> list[SSEEvent]:
+        """Apply the complete lines of the carry plus ``data`` (its first ``end`` bytes
+        end in LF); keep the unterminated rest."""
+        if self._carry:
+            end += self._held + self._tail_len
+            text = self._carry + data
+        else:
+            text = data
+        rest = len(text) - end
+        if rest > self._max_line or end > self._small:
+            return self._guarded(text, end)
+        self._carry = text[end:] if rest else b""
+        self._held = 0
+        self._tail_len = rest
+        if not self._dirty:
             # (text[end - 2] is in range: a "data: " start puts the last LF past it.)
-            if not self._dirty and text.startswith(b"data: ") and text[end - 2] == _LF:
+            if text.startswith(b"data: ") and text[end - 2] == _LF:
                 # The chunk may be nothing but `data: <value>` lines each followed by
                 # a blank line (OpenAI chat, Gemini): split out the values in one C
                 # call, then check that no value hides another line. (bytes.count
@@ -193,10 +225,120 @@ class SSEDecoder:
                 if _LF not in b"".join(values):
                     last_id = self._last_id
                     return [SSEEvent("message", value, last_id) for value in values]
-            return self._blocks(text, rest, True)
-        except CallgateError as exc:
-            self._poison(exc)
-            raise
+            elif text.startswith(b"event: "):
+                events = self._pairs(text, end)
+                if events is not None:
+                    return events
+        return self._blocks(text, rest, True)
+
+    def _crlf_values(self, data: bytes) -> list[SSEEvent] | None:
+        """A chunk of CRLF-framed ``data: <value>`` events (Gemini), split without
+        first rewriting every CRLF (``replace`` of a two-byte pattern is slow); None
+        when the chunk has any other shape. Called only with no event pending."""
+        text = self._carry + data if self._carry else data
+        end = text.rfind(b"\r\n\r\n") + 4
+        if end < 10 or not text.startswith(b"data: "):
+            return None
+        rest = len(text) - end
+        if rest:
+            tail = text[end:]
+            if _CR in tail or _LF in tail or rest > self._max_line:
+                return None
+        else:
+            tail = b""
+        if end > self._small:
+            return None
+        values = text[6 : end - 4].split(b"\r\n\r\ndata: ")
+        joined = b"".join(values)
+        if _CR in joined or _LF in joined:
+            return None
+        self._carry = tail
+        self._held = 0
+        self._tail_len = rest
+        last_id = self._last_id
+        return [SSEEvent("message", value, last_id) for value in values]
+
+    def _long_line(self, data: bytes) -> tuple[list[SSEEvent], bytes]:
+        """The unterminated line (kept as pieces) ends at ``data``'s first LF: apply it,
+        joining its pieces once (a ``data:`` line straight into its value, so a large
+        event is copied once, not three times), and dispatch the event if a blank line
+        follows at once. Returns the events and the bytes after what was consumed."""
+        nl = data.find(b"\n")
+        if self._tail_len + nl > self._max_line:
+            raise SSELineTooLong("max_line_bytes", self._max_line)
+        held, pieces = self._held, self._parts
+        # The line's first piece: the carry after the held lines, or (when the carry
+        # holds only those) the first of the pieces.
+        first = self._carry[held:] or pieces.pop(0)
+        if held:
+            self._lines(self._carry[:held])  # a lone `event:` line, already validated
+        self._carry = b""
+        self._held = 0
+        self._parts = []
+        self._tail_len = 0
+        if first.startswith(b"data: "):
+            self._add_data(b"".join((first[6:], *pieces, data[:nl])))
+        else:
+            self._lines(b"".join((first, *pieces, data[:nl])))
+        out: list[SSEEvent] = []
+        if data[nl + 1 : nl + 2] == b"\n":
+            self._dispatch(out)
+            return out, data[nl + 2 :]
+        return out, data[nl + 1 :]
+
+    def _pairs(self, text: bytes, end: int) -> list[SSEEvent] | None:
+        """Complete ``event: <name>`` + ``data: <value>`` events (Anthropic, Responses,
+        Interactions) up to the last blank line of ``text``, with a few C-level calls
+        per chunk instead of a dozen per event; None (nothing applied) when any block
+        has another shape. The lines after the last blank line are applied as usual."""
+        cut = text.rfind(b"\n\n", 0, end) + 2
+        if cut < 2:
+            return None
+        lines = text[: cut - 1].split(b"\n")
+        if len(lines) % 3 or any(lines[2::3]):
+            return None
+        datas = lines[1::3]
+        joined = b"\n".join(datas)
+        values = joined.split(b"\ndata: ")
+        # Each "\ndata: " starts a line, so every data line has the prefix exactly when
+        # there are as many values as lines.
+        if len(values) != len(datas) or not joined.startswith(b"data: "):
+            return None
+        values[0] = values[0][6:]
+        names = lines[0::3]
+        types = _LINE_TYPES
+        etypes: list[str | None]
+        first = types.get(names[0])
+        if first is not None and names.count(names[0]) == len(names):
+            etypes = [first] * len(names)  # one type throughout (a long stream's middle)
+        else:
+            etypes = list(map(types.get, names))
+        if None in etypes:
+            for i, etype in enumerate(etypes):
+                if etype is None:
+                    line = names[i]
+                    if not line.startswith(b"event: "):
+                        return None
+                    try:
+                        etypes[i] = types.get(line) or self._event_line_type(line)
+                    except CallgateError:
+                        # A bad name: the events before it came first in the stream.
+                        self._salvage = [
+                            SSEEvent(t, v, self._last_id)
+                            for t, v in zip(etypes[:i], values[:i], strict=True)
+                            if t is not None  # always: every name before i was decoded
+                        ]
+                        raise
+        # (Every entry is a str by now: the loop above filled each None or returned.)
+        events = list(map(SSEEvent, cast("list[str]", etypes), values, repeat(self._last_id)))
+        last = text[cut:end]
+        if last:
+            try:
+                self._tail_block(last, True)
+            except CallgateError:
+                self._salvage = events  # complete before the bad line
+                raise
+        return events
 
     def close(self) -> list[SSEEvent]:
         """End of stream: discard an unfinished event; return pending unframed text."""
@@ -321,7 +463,7 @@ class SSEDecoder:
                 self._dispatch(out)
                 del blocks[0]
         last_id = self._last_id
-        types = self._types
+        types = _TYPES
         for block in blocks:
             # The common shapes: `data:` alone, or `event:` then `data:` (Anthropic,
             # OpenAI Responses), each on one line.
@@ -345,28 +487,41 @@ class SSEDecoder:
             self._dispatch(out)
             last_id = self._last_id
         if last:
-            if (
-                fast
-                and not self._dirty
-                and last.startswith(b"event: ")
-                and last.find(b"\n") == len(last) - 1
-            ):
-                # A lone `event:` line whose `data:` line is still on its way: carry
-                # it so the whole block takes the fast path next time (small chunks
-                # split Anthropic/Responses events exactly here). Decoding the name
-                # now raises a bad one where applying the line would have.
-                self._event_type(last[7:-1])
-                self._carry = last + self._carry
-                self._held = len(last)
-            else:
-                self._lines(last)
+            self._tail_block(last, fast)
         return out
+
+    def _tail_block(self, last: bytes, fast: bool) -> None:
+        """Complete lines after the chunk's last blank line: an event still arriving."""
+        if (
+            fast
+            and not self._dirty
+            and last.startswith(b"event: ")
+            and last.find(b"\n") == len(last) - 1
+        ):
+            # A lone `event:` line whose `data:` line is still on its way: carry
+            # it so the whole block takes the fast path next time (small chunks
+            # split Anthropic/Responses events exactly here). Decoding the name
+            # now raises a bad one where applying the line would have.
+            self._event_type(last[7:-1])
+            self._carry = last + self._carry
+            self._held = len(last)
+        else:
+            self._lines(last)
 
     def _event_type(self, name: bytes) -> str:
         """The dispatched type for an ``event:`` value (empty means "message")."""
         etype = _text(name, "event") or "message"
-        if len(self._types) < _TYPE_CACHE:
-            self._types[name] = etype
+        if len(_TYPES) >= _TYPE_CACHE:
+            _TYPES.clear()
+        _TYPES[name] = etype
+        return etype
+
+    def _event_line_type(self, line: bytes) -> str:
+        """The dispatched type for a whole ``event: <name>`` line (cached by line)."""
+        etype = self._event_type(line[7:])
+        if len(_LINE_TYPES) >= _TYPE_CACHE:
+            _LINE_TYPES.clear()
+        _LINE_TYPES[line] = etype
         return etype
 
     def _lines(self, block: bytes) -> None:

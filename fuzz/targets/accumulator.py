@@ -1,4 +1,6 @@
-# Invariant: TurnAssembler fed any engine-event sequence raises only LimitExceeded/StreamProtocolError (and only for a real violation), outcome() never raises, a complete outcome has every started call done, each call's raw arguments are its joined fragments and its arguments exactly parse_arguments(raw), and what it holds stays within the caps.
+# Invariant: TurnAssembler never reports an open call as done; holds only what its caps count.
+#   apply() raises only LimitExceeded/StreamProtocolError, each for a real violation; outcome()
+#   never raises; raw arguments are the joined fragments, arguments exactly parse_arguments(raw).
 """Fuzz target: ``callgate.engine.core.decode.TurnAssembler`` (and the per-call
 ``CallAccumulator`` inside it), fed engine events decoded from the fuzzer's bytes.
 
@@ -31,10 +33,9 @@ from callgate.engine.core.events import (
     UsageReport,
 )
 from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, Usage
+from fuzz.harness import ROOMY_LIMITS, TIGHT_LIMITS, expect, fuzz_main, stream_seed
 
-from ..harness import ROOMY_LIMITS, TIGHT_LIMITS, expect, fuzz_main, stream_seed
-
-__all__ = ["check", "events_from_bytes"]
+__all__ = ["check", "encode_events", "events_from_bytes"]
 
 _VOCAB = (
     "{",
@@ -104,9 +105,39 @@ def events_from_bytes(data: bytes) -> Iterator[EngineEvent]:
         elif op == 11:
             yield UsageReport(Usage(input_tokens=arg, output_tokens=arg if arg & 1 else None))
         else:
-            yield ResponseMeta("r" if arg & 1 else None, "m") if arg & 2 else ProviderDetail(
-                "d", {"n": arg}
+            yield (
+                ResponseMeta("r" if arg & 1 else None, "m")
+                if arg & 2
+                else ProviderDetail("d", {"n": arg})
             )
+
+
+def _raw_pieces(op: int, index: int, text: str, shift: int) -> bytes:
+    """``text`` as raw-text events of ``op`` (at most 7 bytes each)."""
+    raw = text.encode("utf-8", "surrogateescape")
+    out = b""
+    for at in range(0, len(raw), 7):
+        piece = raw[at : at + 7]
+        out += bytes((op, index | ((len(piece) << 1) << shift))) + piece
+    return out
+
+
+def encode_events(events: list[EngineEvent]) -> bytes:
+    """The byte form of the call, text and completion events in ``events`` (indexes
+    folded into 0-3), so real streams' event sequences can seed the corpus."""
+    out = b""
+    for ev in events:
+        if isinstance(ev, CallStarted):
+            out += bytes((0, ev.index % 4 | (0x10 if ev.call_id is None else 0)))
+        elif isinstance(ev, ArgumentsDelta):
+            out += _raw_pieces(1, ev.index % 4, ev.fragment, 2)
+        elif isinstance(ev, CallDone):
+            out += bytes((4, ev.index % 4))
+        elif isinstance(ev, TextDelta):
+            out += _raw_pieces(6, 0, ev.text, 0)
+        elif isinstance(ev, Completion):
+            out += bytes((8, _KINDS.index(ev.kind)))
+    return out
 
 
 class _Call:

@@ -1,12 +1,14 @@
-# Invariant: the anthropic adapter stream raises only StreamProtocolError/LimitExceeded, emits at most one Completion and no call event after it, never an empty fragment or unnamed call, and at most max_continuation_items continuation items.
+# Invariant: adapter emits at most one Completion, no call event after it, no empty fragment.
+#   (anthropic) Only StreamProtocolError/LimitExceeded escape; at most
+#   max_continuation_items continuation items.
 """Fuzz target: the Anthropic Messages adapter's decode path (SSE events →
 ``ADAPTER.new_stream(limits).decode`` / ``end``). See ``fuzz.stream_checks.check_adapter``."""
 
 from __future__ import annotations
 
-from ..harness import fuzz_main
-from ..mutators import atheris_mutator
-from ..stream_checks import check_adapter
+from fuzz.harness import fuzz_main
+from fuzz.mutators import atheris_mutator
+from fuzz.stream_checks import check_adapter
 
 __all__ = ["PROVIDER", "check"]
 

@@ -1,12 +1,14 @@
-# Invariant: decode("openai_chat", …) never raises, gives the same outcome whole and re-chunked, never reports a complete turn with a started call not done (or any incomplete call), and keeps every outcome size (and a sampled memory peak) within the limits.
+# Invariant: decode() never completes a turn with an open call, never raises, ignores chunking.
+#   (openai_chat) Every outcome size (and a sampled memory peak) is within
+#   the limits; accepted arguments are exactly the parser's reading of the raw bytes.
 """Fuzz target: the full ``decode()`` pipeline for OpenAI Chat Completions streams (SSE decoder,
 adapter, turn assembler, strict argument parser). See ``fuzz.stream_checks.check_decode``."""
 
 from __future__ import annotations
 
-from ..harness import fuzz_main
-from ..mutators import atheris_mutator
-from ..stream_checks import check_decode
+from fuzz.harness import fuzz_main
+from fuzz.mutators import atheris_mutator
+from fuzz.stream_checks import check_decode
 
 __all__ = ["PROVIDER", "check"]
 

@@ -1,22 +1,26 @@
-# Invariant: SSEDecoder gives the naive reference parser's events (and first error class) whole, chunked and bytewise; only SSELineTooLong/SSEEventTooLarge/StreamProtocolError escape; buffers stay within max_line_bytes/max_event_bytes.
+# Invariant: SSEDecoder matches a naive reference parser whole, chunked and bytewise; caps hold.
+#   Same events (and first error class; with take_salvaged(), every event before it); only
+#   SSELineTooLong/SSEEventTooLarge/StreamProtocolError escape; buffers within the line/event caps.
+#   Same events (and first error class; with take_salvaged(), every event before it); only
+#   SSELineTooLong/SSEEventTooLarge/StreamProtocolError escape; buffers within the line/event caps.
 """Fuzz target: ``callgate.engine.core.sse.SSEDecoder``.
 
 The input is a raw byte stream. Limits and unframed collection are drawn from the
 input's hash; the stream is decoded in one chunk, in hash-drawn chunks and (when short)
 one byte at a time, and each run is compared with ``fuzz.sse_reference``. After every
 successful ``feed`` the decoder's own buffers are measured against the caps (white box:
-the carried line, the pending event's data and unframed text, the event-name cache).
+the carried line, the pending event's data and unframed text, the event-name caches).
 """
 
 from __future__ import annotations
 
+import callgate.engine.core.sse as sse_module
 from callgate.engine.core.errors import CallgateError, LimitExceeded
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.sse import SSEDecoder, SSEEvent
-
-from ..harness import chunk_plan, expect, fuzz_main, stream_seed
-from ..mutators import atheris_mutator
-from ..sse_reference import reference_decode
+from fuzz.harness import chunk_plan, expect, fuzz_main, stream_seed
+from fuzz.mutators import atheris_mutator
+from fuzz.sse_reference import reference_decode
 
 __all__ = ["check"]
 
@@ -41,7 +45,8 @@ def _check_buffers(decoder: SSEDecoder, limits: Limits) -> None:
     expect(decoder._tail_len <= limits.max_line_bytes, "unterminated line longer than its cap")
     expect(decoder._data_len <= limits.max_event_bytes, "pending data longer than its cap")
     expect(decoder._unframed_len <= limits.max_event_bytes, "unframed text longer than its cap")
-    expect(len(decoder._types) <= 256, "event-name cache grew past its bound")
+    for cache in ("_TYPES", "_LINE_TYPES"):  # the event-name caches (module level)
+        expect(len(getattr(sse_module, cache, ())) <= 256, f"{cache} grew past its bound")
 
 
 def _run(
@@ -55,6 +60,8 @@ def _run(
             _check_buffers(decoder, limits)
         events.extend(decoder.close())
     except CallgateError as exc:
+        events.extend(decoder.take_salvaged())
+        expect(not decoder.take_salvaged(), "salvaged events were handed out twice")
         # A poisoned decoder repeats its error instead of decoding on.
         try:
             decoder.feed(b"data: more\n\n")
@@ -93,9 +100,9 @@ def check(data: bytes) -> None:
         )
         if isinstance(error, LimitExceeded):
             expect(error.value in (limits.max_line_bytes, limits.max_event_bytes), "bad cap value")
-        # Events completed before the error may be lost with the chunk that raised it,
-        # never invented or reordered.
-        expect(events == ref.events[: len(events)], f"{mode}: events before the error differ")
+        # Events returned before the error plus those salvaged from the chunk that
+        # raised it: exactly the reference's events before the error.
+        expect(events == ref.events, f"{mode}: events before the error differ")
 
 
 custom_mutator = atheris_mutator(None)

@@ -1,0 +1,113 @@
+"""Every fuzz corpus file and regression input, replayed through its target's ``check``.
+
+``fuzz/corpus/<target>/`` holds the seeds (``seed-*``, from the recorded fixtures), the
+inputs that reproduced past findings (``regress-*``, always replayed) and inputs merged
+from long runs for their coverage (replayed up to a cap, smallest first, so the suite
+stays fast). A failure names the file: ``python -m fuzz.targets.<target> <file>`` reruns
+it under atheris.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "fuzz" / "corpus"
+TARGETS = sorted(p.stem for p in (ROOT / "fuzz" / "targets").glob("*.py") if p.stem != "__init__")
+# Merged coverage inputs replayed per target (regressions and seeds are always replayed).
+MERGED_PER_TARGET = 60
+
+
+def _target(name: str) -> ModuleType:
+    return importlib.import_module(f"fuzz.targets.{name}")
+
+
+def _files(name: str) -> list[Path]:
+    files = sorted(p for p in (CORPUS / name).iterdir() if p.is_file())
+    kept = [p for p in files if p.name.startswith(("regress-", "seed-"))]
+    merged = sorted(
+        (p for p in files if not p.name.startswith(("regress-", "seed-"))),
+        key=lambda p: (p.stat().st_size, p.name),
+    )
+    return kept + merged[:MERGED_PER_TARGET]
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_corpus_replays_clean(name: str) -> None:
+    check = _target(name).check
+    failures = []
+    for path in _files(name):
+        try:
+            check(path.read_bytes())
+        except Exception as exc:
+            failures.append(f"{path.relative_to(ROOT)}: {type(exc).__name__}: {exc}"[:300])
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_target_states_its_invariant_and_has_seeds(name: str) -> None:
+    source = (ROOT / "fuzz" / "targets" / f"{name}.py").read_text()
+    assert source.startswith("# Invariant: ")
+    assert callable(_target(name).check)
+    assert any(p.name.startswith("seed-") for p in (CORPUS / name).iterdir())
+
+
+def test_the_runner_knows_every_target() -> None:
+    from fuzz.run import STREAMING
+    from fuzz.run import TARGETS as RUN_TARGETS
+
+    assert sorted(RUN_TARGETS) == TARGETS
+    assert "diff_sdk" not in STREAMING and "sse_decoder" in STREAMING
+
+
+def test_regressions_exist_for_the_fixed_findings() -> None:
+    regressions = {p.parent.name + "/" + p.name for p in CORPUS.glob("*/regress-*")}
+    for expected in (
+        "decode_openai_chat/regress-provider-error-then-overlong-line",
+        "adapter_openai_responses/regress-call-after-completed",
+        "accumulator/regress-empty-fragment",
+        "accumulator/regress-empty-text-piece",
+        "accumulator/regress-lone-surrogate-repeated-done",
+        "sse_decoder/regress-pairs-bad-event-name-salvage",
+        "decode_gemini/regress-invalid-utf8-in-args",
+    ):
+        assert expected in regressions
+
+
+def test_the_salvage_regression_fails_without_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without take_salvaged() the events before an SSE error in the same chunk are lost,
+    # and the provider error before an over-long line decides retry-or-fail by chunking.
+    from callgate.engine.core.sse import SSEDecoder
+
+    data = (
+        CORPUS / "decode_openai_chat" / "regress-provider-error-then-overlong-line"
+    ).read_bytes()
+    check = _target("decode_openai_chat").check
+    check(data)
+    monkeypatch.setattr(SSEDecoder, "take_salvaged", lambda self: [])
+    with pytest.raises(AssertionError, match="re-chunking changed the outcome"):
+        check(data)
+
+
+def test_the_late_call_regression_fails_without_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    import callgate.adapters.openai_responses as responses
+
+    data = (CORPUS / "adapter_openai_responses" / "regress-call-after-completed").read_bytes()
+    check = _target("adapter_openai_responses").check
+    check(data)
+    monkeypatch.setattr(responses, "_TERMINAL_EVENTS", frozenset(responses._HANDLERS))
+    with pytest.raises(AssertionError, match="after the Completion"):
+        check(data)
+
+
+def test_the_argument_parser_target_catches_a_lenient_parser(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    target = _target("arguments")
+    monkeypatch.setattr(target, "parse_arguments", lambda raw, depth: {"a": 1})
+    with pytest.raises(AssertionError):
+        target.check(b'{"a":1,"a":2}')
