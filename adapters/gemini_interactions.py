@@ -157,11 +157,13 @@ class _Step:
 class GeminiInteractionsStream:
     """Decoding state of one streamed interaction."""
 
-    __slots__ = ("_done", "_items", "_limits", "_meta_sent", "_status", "_steps")
+    __slots__ = ("_calls", "_done", "_items", "_limits", "_meta_sent", "_status", "_steps")
 
     def __init__(self, limits: Limits) -> None:
         self._limits = limits
         self._steps: dict[int, _Step] = {}
+        # Indexes of the function_call steps whose call is open (argument fragments).
+        self._calls: set[int] = set()
         self._items = 0
         self._status: str | None = None
         self._meta_sent = False
@@ -179,13 +181,9 @@ class GeminiInteractionsStream:
         if op == _OP_DELTA:
             # Nearly every event: a call's argument fragment is taken right here (the
             # checks of ``_delta`` for that case); anything else goes there.
-            step = self._steps.get(ev.index)
             delta = ev.delta
             if (
-                step is not None
-                and step.call_open
-                and step.open
-                and step.kind == _CALL
+                ev.index in self._calls
                 and not self._done
                 and delta is not None
                 and delta.type == "arguments_delta"
@@ -294,6 +292,7 @@ class GeminiInteractionsStream:
             if not isinstance(name, str):
                 raise StreamProtocolError(f"interactions: function_call step {index} has no name")
             step.call_open = True
+            self._calls.add(index)
             call_id = data.get("id")
             return [
                 CallStarted(
@@ -362,6 +361,7 @@ class GeminiInteractionsStream:
             raise StreamProtocolError(f"interactions: function_call {index} has no name")
         call_id = delta.id or step.data.get("id")
         step.call_open = True
+        self._calls.add(index)
         step.data = {**step.data, "name": delta.name}
         if delta.signature:
             step.signature = delta.signature
@@ -385,6 +385,7 @@ class GeminiInteractionsStream:
             state = "stopped" if step is not None else "unknown"
             raise StreamProtocolError(f"interactions: stop for {state} step {index}")
         step.open = False
+        self._calls.discard(index)
         kind = step.kind
         if kind == _CALL:
             if not step.call_open:
