@@ -17,8 +17,8 @@ signatures unmodified. Text is also streamed as ``TextDelta`` for the assembler.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, cast
 
 import msgspec
 
@@ -26,6 +26,7 @@ from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, Too
 from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
     ArgumentsDelta,
+    BatchEvent,
     CallDone,
     CallStarted,
     Completion,
@@ -36,6 +37,7 @@ from callgate.engine.core.events import (
     ResponseMeta,
     TextDelta,
     UsageReport,
+    append_fragments,
 )
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
@@ -62,6 +64,9 @@ _DEFAULT_MAX_TOKENS: Final = 4096
 
 
 # --- wire views: only the fields read here (gc=False: decoded JSON has no cycles) ---------
+# One small Struct per event type, chosen by the ``type`` tag, so that msgspec fills only
+# the fields that event can carry (a content_block_delta decodes into two fields, not a
+# dozen optional ones). A ``type`` outside the union falls back to ``_Kind``.
 
 
 class _Usage(msgspec.Struct, gc=False):
@@ -76,37 +81,97 @@ class _Message(msgspec.Struct, gc=False):
     usage: _Usage | None = None
 
 
-class _Delta(msgspec.Struct, gc=False):
-    # content_block_delta fields
-    type: str = ""
-    text: str | None = None
-    partial_json: str | None = None
-    thinking: str | None = None
-    signature: str | None = None
-    citation: dict[str, Any] | None = None
-    # message_delta fields
-    stop_reason: str | None = None
-    stop_details: dict[str, Any] | None = None
-
-
 class _Error(msgspec.Struct, gc=False):
     type: str | None = None
     message: str | None = None
 
 
-class _Event(msgspec.Struct, gc=False):
-    type: str
-    index: int = -1
+class _InputJson(msgspec.Struct, tag="input_json_delta", tag_field="type", gc=False):
+    partial_json: str | None = None
+
+
+class _TextPiece(msgspec.Struct, tag="text_delta", tag_field="type", gc=False):
+    text: str | None = None
+
+
+class _ThinkingPiece(msgspec.Struct, tag="thinking_delta", tag_field="type", gc=False):
+    thinking: str | None = None
+
+
+class _SignaturePiece(msgspec.Struct, tag="signature_delta", tag_field="type", gc=False):
+    signature: str | None = None
+
+
+class _CitationPiece(msgspec.Struct, tag="citations_delta", tag_field="type", gc=False):
+    citation: dict[str, Any] | None = None
+
+
+_BlockPiece = _InputJson | _TextPiece | _ThinkingPiece | _SignaturePiece | _CitationPiece
+
+
+class _MessageStart(msgspec.Struct, tag="message_start", tag_field="type", gc=False):
     message: _Message | None = None
+
+
+class _BlockStart(msgspec.Struct, tag="content_block_start", tag_field="type", gc=False):
+    index: int = -1
     # Kept as a dict: non-tool blocks are echoed whole, unknown keys included.
     content_block: dict[str, Any] | None = None
-    delta: _Delta | None = None
+
+
+class _BlockDelta(msgspec.Struct, tag="content_block_delta", tag_field="type", gc=False):
+    index: int = -1
+    delta: _BlockPiece | None = None
+
+
+class _BlockStop(msgspec.Struct, tag="content_block_stop", tag_field="type", gc=False):
+    index: int = -1
+
+
+class _StopDelta(msgspec.Struct, gc=False):
+    stop_reason: str | None = None
+    stop_details: dict[str, Any] | None = None
+
+
+class _MessageDelta(msgspec.Struct, tag="message_delta", tag_field="type", gc=False):
+    delta: _StopDelta | None = None
     usage: _Usage | None = None
+
+
+class _MessageStop(msgspec.Struct, tag="message_stop", tag_field="type", gc=False):
+    pass
+
+
+class _Ping(msgspec.Struct, tag="ping", tag_field="type", gc=False):
+    pass
+
+
+class _ErrorEvent(msgspec.Struct, tag="error", tag_field="type", gc=False):
     error: _Error | None = None
 
 
-_DECODER: Final = msgspec.json.Decoder(_Event)
+_AnyEvent = (
+    _BlockDelta
+    | _Ping
+    | _MessageStart
+    | _BlockStart
+    | _BlockStop
+    | _MessageDelta
+    | _MessageStop
+    | _ErrorEvent
+)
+
+
+class _Kind(msgspec.Struct, gc=False):
+    """What an event outside the union (or malformed inside it) says it is."""
+
+    type: str
+
+
+_DECODER: Final = msgspec.json.Decoder(_AnyEvent)
+_KIND_DECODER: Final = msgspec.json.Decoder(_Kind)
 _JSON_DECODER: Final = msgspec.json.Decoder()
+_KNOWN_TYPES: Final = frozenset(cls.__struct_config__.tag for cls in _AnyEvent.__args__)
 
 # Block kinds.
 _TOOL: Final = 0  # client tool_use: streamed to the assembler, not buffered here
@@ -161,62 +226,97 @@ class AnthropicStream:
         self._stop_reason: str | None = None
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
+        out: list[BatchEvent] = []
+        self.decode_batch([event], out)
+        return cast("list[EngineEvent]", out)  # one event never makes a run
+
+    def decode_batch(self, events: list[SSEEvent], out: list[BatchEvent]) -> None:
+        """Translate a chunk's events in order. Argument fragments of one call that
+        follow each other become one ``ArgumentsRun``; everything else is handled event
+        by event. Events before an error are in ``out`` when it is raised."""
+        decode = _DECODER.decode
+        open_tools = self._open_tools
+        indexes: list[int] = []
+        pieces: list[str] = []
         try:
-            ev = _DECODER.decode(event.data)
-        except msgspec.DecodeError as exc:
-            raise StreamProtocolError(
-                f"anthropic: undecodable {event.event!r} event: {exc}"
-            ) from None
-        kind = ev.type
-        # Deltas are nearly every event: test for them first, and take a tool call's
-        # argument fragment right here (the checks of ``_block_delta`` for that case).
-        if kind == "content_block_delta" and not self._done:
-            delta = ev.delta
-            if ev.index in self._open_tools and delta is not None:
-                fragment = delta.partial_json
-                if delta.type == "input_json_delta" and fragment is not None:
-                    return [ArgumentsDelta(ev.index, fragment)] if fragment else []
-            return self._block_delta(ev)
-        if kind == "ping":
-            return []
-        if self._done:
-            raise StreamProtocolError(f"anthropic: {kind!r} event after message_stop")
-        if kind == "error":
-            return [_provider_error(ev.error)]
-        if kind == "message_start":
-            return self._message_start(ev)
-        if not self._started and kind in _NEEDS_START:
-            raise StreamProtocolError(f"anthropic: {kind!r} before message_start")
-        if kind == "content_block_start":
-            return self._block_start(ev)
-        if kind == "content_block_stop":
-            return self._block_stop(ev.index)
-        if kind == "message_delta":
-            return self._message_delta(ev)
-        if kind == "message_stop":
-            if self._stop_reason is None:
-                raise StreamProtocolError("anthropic: message_stop without a stop_reason")
-            self._done = True
-            reason = self._stop_reason
-            return [Completion(FINISH_REASONS.get(reason, OutcomeKind.FAILED), reason)]
-        # Anthropic documents that new event types may appear; they carry nothing we act on.
-        return []
+            for event in events:
+                try:
+                    ev = decode(event.data)
+                except msgspec.DecodeError as exc:
+                    if pieces:
+                        append_fragments(out, indexes, pieces)
+                        indexes, pieces = [], []
+                    self._other_event(event, exc, out)
+                    continue
+                # Deltas are nearly every event: a tool call's argument fragment is
+                # taken right here (the checks of ``_block_delta`` for that case).
+                if type(ev) is _BlockDelta and not self._done:
+                    delta = ev.delta
+                    if type(delta) is _InputJson and ev.index in open_tools:
+                        fragment = delta.partial_json
+                        if fragment is not None:
+                            if fragment:
+                                indexes.append(ev.index)
+                                pieces.append(fragment)
+                            continue
+                if pieces:
+                    append_fragments(out, indexes, pieces)
+                    indexes, pieces = [], []
+                self._event(ev, out)
+        finally:
+            append_fragments(out, indexes, pieces)
 
     def end(self) -> list[EngineEvent]:
         # The Completion was emitted at message_stop; a stream cut before it stays
         # without one, which the assembler reads as truncated.
         return []
 
+    def _event(self, ev: _AnyEvent, out: list[BatchEvent]) -> None:
+        kind = type(ev)
+        if kind is _Ping:
+            return
+        if self._done:
+            raise StreamProtocolError(f"anthropic: {_tag(ev)!r} event after message_stop")
+        if not self._started and kind not in _BEFORE_START:
+            raise StreamProtocolError(f"anthropic: {_tag(ev)!r} before message_start")
+        _HANDLERS[kind](self, ev, out)
+
+    def _message_stop(self, ev: _MessageStop, out: list[BatchEvent]) -> None:
+        if self._stop_reason is None:
+            raise StreamProtocolError("anthropic: message_stop without a stop_reason")
+        self._done = True
+        reason = self._stop_reason
+        out.append(Completion(FINISH_REASONS.get(reason, OutcomeKind.FAILED), reason))
+
+    def _error(self, ev: _ErrorEvent, out: list[BatchEvent]) -> None:
+        out.append(_provider_error(ev.error))
+
+    def _other_event(
+        self, event: SSEEvent, exc: msgspec.DecodeError, out: list[BatchEvent]
+    ) -> None:
+        """An event the typed union did not take: malformed, or of a type Anthropic added
+        after this adapter (documented to happen; such events carry nothing we act on)."""
+        try:
+            kind = _KIND_DECODER.decode(event.data).type
+        except msgspec.DecodeError:
+            kind = None
+        if kind is None or kind in _KNOWN_TYPES:
+            raise StreamProtocolError(
+                f"anthropic: undecodable {event.event!r} event: {exc}"
+            ) from None
+        if self._done:
+            raise StreamProtocolError(f"anthropic: {kind!r} event after message_stop")
+
     # --- message level ---------------------------------------------------------------
 
-    def _message_start(self, ev: _Event) -> list[EngineEvent]:
+    def _message_start(self, ev: _MessageStart, out: list[BatchEvent]) -> None:
         if self._started:
             raise StreamProtocolError("anthropic: second message_start")
         self._started = True
         msg = ev.message
         if msg is None:
             raise StreamProtocolError("anthropic: message_start without a message")
-        out: list[EngineEvent] = [ResponseMeta(msg.id, msg.model)]
+        out.append(ResponseMeta(msg.id, msg.model))
         usage = msg.usage
         if usage is not None:
             out.append(
@@ -227,10 +327,8 @@ class AnthropicStream:
                     )
                 )
             )
-        return out
 
-    def _message_delta(self, ev: _Event) -> list[EngineEvent]:
-        out: list[EngineEvent] = []
+    def _message_delta(self, ev: _MessageDelta, out: list[BatchEvent]) -> None:
         delta = ev.delta
         if delta is not None:
             if delta.stop_reason is not None:
@@ -248,11 +346,10 @@ class AnthropicStream:
                     )
                 )
             )
-        return out
 
     # --- content blocks --------------------------------------------------------------
 
-    def _block_start(self, ev: _Event) -> list[EngineEvent]:
+    def _block_start(self, ev: _BlockStart, out: list[BatchEvent]) -> None:
         index = ev.index
         block = ev.content_block
         if index < 0 or block is None:
@@ -268,7 +365,8 @@ class AnthropicStream:
                 raise StreamProtocolError(f"anthropic: tool_use block {index} lacks id or name")
             self._blocks[index] = _Block(_TOOL, None)
             self._open_tools.add(index)
-            return [CallStarted(index, name, call_id=call_id)]
+            out.append(CallStarted(index, name, call_id=call_id))
+            return
         # Each non-tool block becomes one continuation item at its stop.
         self._other_blocks += 1
         if self._other_blocks > self._limits.max_continuation_items:
@@ -280,12 +378,11 @@ class AnthropicStream:
             self._blocks[index] = _Block(_TEXT, block)
             if isinstance(text, str) and text:
                 self._count_text(text)
-                return [TextDelta(text)]
-            return []
+                out.append(TextDelta(text))
+            return
         self._blocks[index] = _Block(_OTHER, block)
-        return []
 
-    def _block_delta(self, ev: _Event) -> list[EngineEvent]:
+    def _block_delta(self, ev: _BlockDelta, out: list[BatchEvent]) -> None:
         index = ev.index
         block = self._blocks.get(index)
         if block is None or not block.open:
@@ -294,39 +391,44 @@ class AnthropicStream:
         delta = ev.delta
         if delta is None:
             raise StreamProtocolError(f"anthropic: content_block_delta {index} without delta")
-        dtype = delta.type
-        if dtype == "text_delta" and block.kind == _TEXT and delta.text is not None:
+        if isinstance(delta, _TextPiece) and block.kind == _TEXT and delta.text is not None:
             text = delta.text
-            if not text:
-                return []
-            self._count_text(text)
-            block.text.append(text)
-            return [TextDelta(text)]
-        if dtype == "input_json_delta" and delta.partial_json is not None:
+            if text:
+                self._count_text(text)
+                block.text.append(text)
+                out.append(TextDelta(text))
+            return
+        if isinstance(delta, _InputJson) and delta.partial_json is not None:
             fragment = delta.partial_json
             if block.kind == _TOOL:
-                return [ArgumentsDelta(index, fragment)] if fragment else []
+                if fragment:
+                    out.append(ArgumentsDelta(index, fragment))
+                return
             if block.kind == _OTHER:
                 self._buffer(block, fragment, block.json)
-                return []
+                return
         elif block.kind == _OTHER and block.data is not None:
             btype = block.data.get("type")
-            if dtype == "thinking_delta" and btype == "thinking" and delta.thinking is not None:
-                self._buffer(block, delta.thinking, block.text)
-                return []
-            if dtype == "signature_delta" and delta.signature is not None:
+            if isinstance(delta, _ThinkingPiece) and btype == "thinking":
+                if delta.thinking is not None:
+                    self._buffer(block, delta.thinking, block.text)
+                    return
+            elif isinstance(delta, _SignaturePiece) and delta.signature is not None:
                 self._buffer(block, delta.signature, block.signature)
-                return []
-        if dtype == "citations_delta" and block.kind != _TOOL and delta.citation is not None:
+                return
+        if isinstance(delta, _CitationPiece) and block.kind != _TOOL and delta.citation is not None:
             if len(block.citations) >= self._limits.max_continuation_items:
                 raise LimitExceeded(
                     "max_continuation_items", self._limits.max_continuation_items, "citations"
                 )
             block.citations.append(delta.citation)
-            return []
-        raise StreamProtocolError(f"anthropic: {dtype!r} delta not valid for content block {index}")
+            return
+        raise StreamProtocolError(
+            f"anthropic: {_tag(delta)!r} delta not valid for content block {index}"
+        )
 
-    def _block_stop(self, index: int) -> list[EngineEvent]:
+    def _block_stop(self, ev: _BlockStop, out: list[BatchEvent]) -> None:
+        index = ev.index
         block = self._blocks.get(index)
         if block is None or not block.open:
             state = "closed" if block is not None else "unknown"
@@ -334,7 +436,8 @@ class AnthropicStream:
         block.open = False
         if block.kind == _TOOL:
             self._open_tools.discard(index)
-            return [CallDone(index)]
+            out.append(CallDone(index))
+            return
         data = block.data
         assert data is not None  # set for every non-tool block
         item = dict(data)
@@ -362,7 +465,7 @@ class AnthropicStream:
         block.data = None
         block.text = block.signature = block.json = []
         block.citations = []
-        return [ContinuationItem(btype, index, item)]
+        out.append(ContinuationItem(btype, index, item))
 
     def _buffer(self, block: _Block, piece: str, into: list[str]) -> None:
         block.nbytes += _utf8_len(piece)
@@ -380,10 +483,22 @@ class AnthropicStream:
             raise LimitExceeded("max_text_bytes", self._limits.max_text_bytes, "anthropic text")
 
 
-# Events that only make sense inside a started message.
-_NEEDS_START: Final = frozenset(
-    {"content_block_start", "content_block_stop", "message_delta", "message_stop"}
-)
+# Event type -> handler (after the checks of ``_event``).
+_HANDLERS: Final[dict[type, Callable[[AnthropicStream, Any, list[BatchEvent]], None]]] = {
+    _BlockDelta: AnthropicStream._block_delta,
+    _MessageStart: AnthropicStream._message_start,
+    _BlockStart: AnthropicStream._block_start,
+    _BlockStop: AnthropicStream._block_stop,
+    _MessageDelta: AnthropicStream._message_delta,
+    _MessageStop: AnthropicStream._message_stop,
+    _ErrorEvent: AnthropicStream._error,
+}
+# Events that may come before message_start (deltas fail later, on their unknown block).
+_BEFORE_START: Final = frozenset({_BlockDelta, _ErrorEvent, _MessageStart})
+
+
+def _tag(value: msgspec.Struct) -> str:
+    return str(value.__struct_config__.tag)
 
 
 def _provider_error(error: _Error | None) -> ProviderError:

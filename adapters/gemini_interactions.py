@@ -25,7 +25,7 @@ turn, thought signatures included). So that the run loop's plain rule "messages 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
 
@@ -33,6 +33,7 @@ from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, Too
 from callgate.engine.core.errors import ConfigError, LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
     ArgumentsDelta,
+    BatchEvent,
     CallDone,
     CallStarted,
     Completion,
@@ -43,6 +44,7 @@ from callgate.engine.core.events import (
     ResponseMeta,
     TextDelta,
     UsageReport,
+    append_fragments,
 )
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
@@ -121,7 +123,23 @@ class _Event(msgspec.Struct, gc=False):
     error: _Error | None = None
 
 
+class _HotDelta(msgspec.Struct, gc=False):
+    type: str = ""
+    arguments: Any = None
+    signature: str | None = None
+
+
+class _HotEvent(msgspec.Struct, gc=False):
+    """A step delta, read for just what an argument fragment needs."""
+
+    event_type: str = ""
+    index: int = -1
+    delta: _HotDelta | None = None
+
+
 _DECODER: Final = msgspec.json.Decoder(_Event)
+_HOT_DECODER: Final = msgspec.json.Decoder(_HotEvent)
+_DELTA_NAMES: Final = frozenset({"step.delta", "content.delta"})
 
 _CALL: Final = 0
 _THOUGHT: Final = 1
@@ -170,6 +188,46 @@ class GeminiInteractionsStream:
         self._done = False
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
+        out: list[BatchEvent] = []
+        self.decode_batch([event], out)
+        return cast("list[EngineEvent]", out)  # one event never makes a run
+
+    def decode_batch(self, events: list[SSEEvent], out: list[BatchEvent]) -> None:
+        """Translate a chunk's events in order. Argument deltas of open calls (nearly
+        every event of a long call) are read through a lean view and collected into one
+        ``ArgumentsRun``; every other event is decoded whole and goes through ``_event``.
+        Events before an error are in ``out`` when it is raised."""
+        hot = _HOT_DECODER.decode
+        calls = self._calls
+        indexes: list[int] = []
+        pieces: list[str] = []
+        try:
+            for event in events:
+                if event.event in _DELTA_NAMES and not self._done:
+                    try:
+                        lean = hot(event.data)
+                    except msgspec.DecodeError:
+                        lean = None  # the full decode below names the problem
+                    if lean is not None and lean.index in calls:
+                        delta = lean.delta
+                        if (
+                            delta is not None
+                            and delta.type == "arguments_delta"
+                            and not delta.signature
+                            and type(fragment := delta.arguments) is str
+                            and (lean.event_type or event.event) in _DELTA_NAMES
+                        ):
+                            if fragment:
+                                indexes.append(lean.index)
+                                pieces.append(fragment)
+                            continue
+                append_fragments(out, indexes, pieces)
+                indexes, pieces = [], []
+                self._event(event, out)
+        finally:
+            append_fragments(out, indexes, pieces)
+
+    def _event(self, event: SSEEvent, out: list[BatchEvent]) -> None:
         try:
             ev = _DECODER.decode(event.data)
         except msgspec.DecodeError as exc:
@@ -179,39 +237,28 @@ class GeminiInteractionsStream:
         etype = ev.event_type or event.event
         op = _OPS.get(etype)
         if op == _OP_DELTA:
-            # Nearly every event: a call's argument fragment is taken right here (the
-            # checks of ``_delta`` for that case); anything else goes there.
-            delta = ev.delta
-            if (
-                ev.index in self._calls
-                and not self._done
-                and delta is not None
-                and delta.type == "arguments_delta"
-                and not delta.signature
-                and type(fragment := delta.arguments) is str
-            ):
-                return [ArgumentsDelta(ev.index, fragment)] if fragment else []
-            return self._delta(ev)
+            out += self._delta(ev)
+            return
         if op == _OP_ERROR:
-            return [_provider_error(ev.error)]
+            out.append(_provider_error(ev.error))
+            return
         if op is None:
-            return []  # keep-alives and event types newer than this adapter
+            return  # keep-alives and event types newer than this adapter
         if self._done:
             raise StreamProtocolError(f"interactions: {etype!r} after the interaction completed")
         if op == _OP_START:
-            return self._start(ev)
-        if op == _OP_STOP:
-            return self._stop(ev.index)
-        if op == _OP_CREATED:
-            return self._created(ev.interaction)
-        if op == _OP_COMPLETED:
-            return self._completed(ev.interaction)
+            out += self._start(ev)
+        elif op == _OP_STOP:
+            out += self._stop(ev.index)
+        elif op == _OP_CREATED:
+            out += self._created(ev.interaction)
+        elif op == _OP_COMPLETED:
+            out += self._completed(ev.interaction)
         # interaction.status_update and its per-status variants
-        if ev.status is not None:
+        elif ev.status is not None:
             self._status = ev.status
         elif etype == "interaction.requires_action":
             self._status = "requires_action"
-        return []
 
     def end(self) -> list[EngineEvent]:
         # The Completion was emitted with interaction.completed; without it the turn

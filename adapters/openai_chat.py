@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from operator import attrgetter
+from typing import cast
 
 import msgspec
 
@@ -24,6 +25,7 @@ from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, Too
 from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
     ArgumentsDelta,
+    BatchEvent,
     CallDone,
     CallStarted,
     Completion,
@@ -34,6 +36,7 @@ from callgate.engine.core.events import (
     ResponseMeta,
     TextDelta,
     UsageReport,
+    append_fragments,
 )
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, TurnOutcome, Usage
@@ -154,14 +157,80 @@ class OpenAIChatStream:
         self._extra_choice_noted = False
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
-        data = event.data
+        out: list[BatchEvent] = []
+        self.decode_batch([event], out)
+        return cast("list[EngineEvent]", out)  # one event never makes a run
+
+    def decode_batch(self, events: list[SSEEvent], out: list[BatchEvent]) -> None:
+        """Translate a chunk's events in order. Chunks that carry nothing but one
+        argument fragment of a started call (nearly every chunk of a long call) are
+        collected into one ``ArgumentsRun``; every other chunk goes through ``_chunk``.
+        Events before an error are in ``out`` when it is raised."""
+        decode = _BODY.decode
+        calls = self._calls
+        indexes: list[int] = []
+        pieces: list[str] = []
+        try:
+            for event in events:
+                data = event.data
+                if self._meta_sent and not self._done and data and data != _DONE:
+                    try:
+                        chunk: _BodyView = decode(data)
+                    except msgspec.DecodeError as exc:
+                        append_fragments(out, indexes, pieces)
+                        indexes, pieces = [], []
+                        self._undecodable(data, exc, out)
+                        continue
+                    # The shape of a pure fragment chunk; anything else (a new call, an
+                    # id or name, text, a finish, usage, an error) takes ``_chunk``.
+                    choices = chunk.choices
+                    if (
+                        choices is not None
+                        and len(choices) == 1
+                        and chunk.usage is None
+                        and chunk.error is None
+                    ):
+                        choice = choices[0]
+                        delta = choice.delta
+                        if (
+                            choice.index == 0
+                            and not choice.finish_reason
+                            and delta is not None
+                            and not delta.content
+                            and not delta.refusal
+                        ):
+                            tool_calls = delta.tool_calls
+                            if tool_calls is not None and len(tool_calls) == 1:
+                                call = tool_calls[0]
+                                function = call.function
+                                if (
+                                    call.index in calls
+                                    and not call.id
+                                    and function is not None
+                                    and not function.name
+                                ):
+                                    if function.arguments:
+                                        indexes.append(call.index)
+                                        pieces.append(function.arguments)
+                                    continue
+                    append_fragments(out, indexes, pieces)
+                    indexes, pieces = [], []
+                    self._chunk(chunk, out)
+                    continue
+                append_fragments(out, indexes, pieces)
+                indexes, pieces = [], []
+                self._event(data, out)
+        finally:
+            append_fragments(out, indexes, pieces)
+
+    def _event(self, data: bytes, out: list[BatchEvent]) -> None:
         if self._done:
             raise StreamProtocolError("openai_chat: data after the [DONE] sentinel")
         if data == _DONE:
-            return self._terminal()
+            self._terminal(out)
+            return
         if not data:
-            return []
-        out: list[EngineEvent] = []
+            return
         try:
             if self._meta_sent:
                 chunk: _BodyView = _BODY.decode(data)
@@ -172,9 +241,17 @@ class OpenAIChatStream:
                     out.append(ResponseMeta(head.id, head.model))
                 chunk = head
         except msgspec.DecodeError as exc:
-            if data.strip() == _DONE:
-                return self._terminal()
-            raise StreamProtocolError(f"openai_chat: undecodable chunk: {exc}") from None
+            self._undecodable(data, exc, out)
+            return
+        self._chunk(chunk, out)
+
+    def _undecodable(self, data: bytes, exc: msgspec.DecodeError, out: list[BatchEvent]) -> None:
+        if data.strip() == _DONE:
+            self._terminal(out)
+            return
+        raise StreamProtocolError(f"openai_chat: undecodable chunk: {exc}") from None
+
+    def _chunk(self, chunk: _BodyView, out: list[BatchEvent]) -> None:
         if chunk.error is not None:
             out.append(ProviderError(error_info(chunk.error)))
         choices = chunk.choices
@@ -199,7 +276,6 @@ class OpenAIChatStream:
         usage = chunk.usage
         if usage is not None:
             out.append(UsageReport(_usage(usage)))
-        return out
 
     def end(self) -> list[EngineEvent]:
         # Only "data: [DONE]" ends a Chat stream. A finish_reason without it is a stream
@@ -208,14 +284,13 @@ class OpenAIChatStream:
         # blank line after [DONE] are therefore truncated, like any other cut.
         return []
 
-    def _terminal(self) -> list[EngineEvent]:
+    def _terminal(self, out: list[BatchEvent]) -> None:
         self._done = True
         reason = self._finish
-        if reason is None:
-            return []
-        return [Completion(FINISH_REASONS.get(reason, OutcomeKind.FAILED), reason)]
+        if reason is not None:
+            out.append(Completion(FINISH_REASONS.get(reason, OutcomeKind.FAILED), reason))
 
-    def _note_extra_choice(self, index: int, out: list[EngineEvent]) -> None:
+    def _note_extra_choice(self, index: int, out: list[BatchEvent]) -> None:
         if not self._extra_choice_noted:
             self._extra_choice_noted = True
             out.append(
@@ -228,7 +303,7 @@ class OpenAIChatStream:
                 )
             )
 
-    def _tool_calls(self, fragments: list[_ToolCallView], out: list[EngineEvent]) -> None:
+    def _tool_calls(self, fragments: list[_ToolCallView], out: list[BatchEvent]) -> None:
         for fragment in fragments:
             call_id = fragment.id or None
             function = fragment.function

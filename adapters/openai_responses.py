@@ -25,6 +25,7 @@ from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, Too
 from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
     ArgumentsDelta,
+    BatchEvent,
     CallDone,
     CallStarted,
     Completion,
@@ -35,6 +36,7 @@ from callgate.engine.core.events import (
     ResponseMeta,
     TextDelta,
     UsageReport,
+    append_fragments,
 )
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
@@ -118,6 +120,14 @@ class _ArgumentsDeltaEvent(msgspec.Struct, frozen=True, gc=False):
     item_id: str | None = None
 
 
+class _IndexedDeltaEvent(msgspec.Struct, frozen=True, gc=False):
+    """The same event when it names its output_index (OpenAI's own always do): the
+    item id is not decoded, one string less per fragment."""
+
+    delta: str
+    output_index: int | None = None
+
+
 class _ArgumentsDoneEvent(msgspec.Struct, frozen=True, gc=False):
     arguments: str | None = None
     output_index: int | None = None
@@ -144,6 +154,8 @@ _LIFECYCLE = msgspec.json.Decoder(_LifecycleEvent)
 _ITEM_ADDED = msgspec.json.Decoder(_ItemAddedEvent)
 _ITEM_DONE = msgspec.json.Decoder(_ItemDoneEvent)
 _ARGS_DELTA = msgspec.json.Decoder(_ArgumentsDeltaEvent)
+_INDEXED_DELTA = msgspec.json.Decoder(_IndexedDeltaEvent)
+_ARGS_DELTA_NAME = "response.function_call_arguments.delta"
 _ARGS_DONE = msgspec.json.Decoder(_ArgumentsDoneEvent)
 _DELTA = msgspec.json.Decoder(_DeltaEvent)
 _ERROR = msgspec.json.Decoder(_ErrorEvent)
@@ -185,23 +197,47 @@ class OpenAIResponsesStream:
         self._meta_sent = False
         self._terminal = False
 
+    def decode_batch(self, events: list[SSEEvent], out: list[BatchEvent]) -> None:
+        """Translate a chunk's events in order; consecutive argument deltas become one
+        ``ArgumentsRun``. Events before an error are in ``out`` when it is raised."""
+        decode = _INDEXED_DELTA.decode
+        indexes: list[int] = []
+        pieces: list[str] = []
+        try:
+            for event in events:
+                if event.event == _ARGS_DELTA_NAME and not self._terminal:
+                    # Nearly every event: ``_on_arguments_delta`` inlined. After the
+                    # terminal event the handler decides.
+                    try:
+                        ev = decode(event.data)
+                    except msgspec.DecodeError as exc:
+                        raise StreamProtocolError(
+                            f"openai_responses: undecodable {_ARGS_DELTA_NAME} event: {exc}"
+                        ) from None
+                    if ev.delta:
+                        index = ev.output_index
+                        if index is None:
+                            item_id = _ARGS_DELTA.decode(event.data).item_id
+                            index = self._index(None, item_id)
+                        indexes.append(index)
+                        pieces.append(ev.delta)
+                    continue
+                if pieces:
+                    append_fragments(out, indexes, pieces)
+                    indexes, pieces = [], []
+                out += self.decode(event)
+        finally:
+            append_fragments(out, indexes, pieces)
+
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
         name = event.event
-        if name == "response.function_call_arguments.delta" and not self._terminal:
-            # Nearly every event: ``_on_arguments_delta`` inlined for an event that
-            # names its output_index (OpenAI's own always do). After the terminal
-            # event the handler decides.
+        if name == _ARGS_DELTA_NAME and not self._terminal:
             try:
-                ev = _ARGS_DELTA.decode(event.data)
+                return self._on_arguments_delta(event.data)
             except msgspec.DecodeError as exc:
                 raise StreamProtocolError(
                     f"openai_responses: undecodable {name} event: {exc}"
                 ) from None
-            if not ev.delta:
-                return []
-            if ev.output_index is None:
-                return [ArgumentsDelta(self._index(None, ev.item_id), ev.delta)]
-            return [ArgumentsDelta(ev.output_index, ev.delta)]
         handler = _HANDLERS.get(name)
         if handler is None:
             if name != "message":

@@ -85,3 +85,23 @@ def planted_secret_scan() -> Iterator[list[str]]:
         root.removeHandler(handler)
     leaked = [line[:200] for line in lines if PLANTED_SECRET in line]
     assert not leaked, f"a planted secret reached an audit or log line: {leaked[:3]}"
+
+
+def coalesced(events: list[Any]) -> list[Any]:
+    """An engine-event sequence with every stretch of consecutive argument fragments
+    replaced by one joined fragment per call (in call-index order). ``StreamDecoder.feed``
+    batches the fragments a chunk completed, so fragment granularity depends on the
+    chunking; everything else, and each call's argument text, does not."""
+    from callgate.engine.core.events import ArgumentsDelta
+
+    out: list[Any] = []
+    stretch: dict[int, str] = {}
+    for event in [*events, None]:
+        if isinstance(event, ArgumentsDelta):
+            stretch[event.index] = stretch.get(event.index, "") + event.fragment
+            continue
+        out += [ArgumentsDelta(index, stretch[index]) for index in sorted(stretch)]
+        stretch = {}
+        if event is not None:
+            out.append(event)
+    return out

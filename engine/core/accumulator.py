@@ -151,6 +151,44 @@ class CallAccumulator:
         elif n:
             call.parts.append(text)
 
+    def fragments(self, indexes: list[int], pieces: list[str]) -> None:
+        """Fragments in stream order, ``pieces[k]`` for the call at ``indexes[k]`` (an
+        ``ArgumentsRun``), with exactly the effect of ``fragment`` on each in turn. When
+        every call involved is open and no cap can be crossed, they are stored without
+        the per-fragment checks; otherwise they go one by one, so an error or a spoiled
+        call happens at the same fragment whatever the batching."""
+        n = sum(map(len, pieces))
+        total = self._total + n
+        if total <= self._max_total:
+            opened = self._open
+            first = indexes[0]
+            max_call = self._max_call
+            if indexes.count(first) == len(indexes):
+                call = opened.get(first)
+                if call is not None and call.size + n <= max_call:
+                    self._total = total
+                    call.size += n
+                    call.parts.append("".join(pieces))
+                    if call.size > call.mark:
+                        self._compact(call)
+                    return
+            else:
+                calls = [opened.get(i) for i in set(indexes)]
+                # n bounds what any one of them receives here.
+                if all(c is not None and c.size + n <= max_call for c in calls):
+                    self._total = total
+                    for index, piece in zip(indexes, pieces, strict=True):
+                        call = opened[index]
+                        call.parts.append(piece)
+                        call.size += len(piece)
+                    for call in calls:
+                        if call.size > call.mark:  # type: ignore[union-attr]  # all open
+                            self._compact(call)  # type: ignore[arg-type]
+                    return
+        fragment = self.fragment
+        for index, piece in zip(indexes, pieces, strict=True):
+            fragment(index, piece)
+
     def _closed_fragment(self, index: int) -> None:
         """A fragment for a call that takes none: a violation, or a spoiled call."""
         call = self._calls.get(index)
@@ -172,9 +210,12 @@ class CallAccumulator:
             call.blocks = []
             del self._open[call.index]
             return
+        call.parts.append(text)
+        self._compact(call)
+
+    def _compact(self, call: _Call) -> None:
         parts = call.parts
-        parts.append(text)
-        call.blocks.append("".join(parts))
+        call.blocks.append(parts[0] if len(parts) == 1 else "".join(parts))
         parts.clear()
         call.mark = min(self._max_call, call.size + _COMPACT)
 

@@ -27,6 +27,8 @@ from .adapter import Adapter, load_adapter
 from .errors import LimitExceeded, StreamProtocolError
 from .events import (
     ArgumentsDelta,
+    ArgumentsRun,
+    BatchEvent,
     CallDone,
     CallStarted,
     Completion,
@@ -41,7 +43,7 @@ from .events import (
 )
 from .limits import DEFAULT_LIMITS, Limits
 from .outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
-from .sse import SSEDecoder
+from .sse import SSEDecoder, SSEEvent
 
 __all__ = ["StreamDecoder", "TurnAssembler", "decode"]
 
@@ -119,7 +121,8 @@ class TurnAssembler:
             self._model = ev.model
 
     def _on_usage(self, ev: UsageReport) -> None:
-        self._usage = self._usage.merge(ev.usage)
+        usage = self._usage
+        self._usage = ev.usage if usage is _NO_USAGE else usage.merge(ev.usage)
 
     def _on_completion(self, ev: Completion) -> None:
         # The first terminal signal counts; a repeated one (a duplicated stop event)
@@ -209,34 +212,41 @@ _HANDLERS: dict[type, Callable[[TurnAssembler, Any], None]] = {
 class StreamDecoder:
     """Bytes in, engine events out; ``finish()`` gives the turn's outcome. Sans-I/O."""
 
-    __slots__ = ("_adapter_stream", "_done", "_sse", "_turn")
+    __slots__ = ("_adapter_stream", "_batch", "_done", "_sse", "_turn")
 
     def __init__(self, adapter: Adapter, limits: Limits = DEFAULT_LIMITS) -> None:
         self._sse = SSEDecoder(limits, collect_unframed=adapter.sse_unframed)
-        self._adapter_stream = adapter.new_stream(limits)
+        stream = adapter.new_stream(limits)
+        self._adapter_stream = stream
+        # An adapter stream may translate a whole chunk's events in one call (and batch
+        # runs of argument fragments); one that cannot is driven event by event.
+        batch: Callable[[list[SSEEvent], list[BatchEvent]], None] | None = getattr(
+            stream, "decode_batch", None
+        )
+        self._batch = batch or self._one_by_one
         self._turn = TurnAssembler(limits)
         self._done = False
 
     def feed(self, data: bytes) -> list[EngineEvent]:
         """Consume bytes; return the engine events they completed. After a failure the
-        rest of the stream is ignored (the outcome is already ``failed``)."""
+        rest of the stream is ignored (the outcome is already ``failed``). A run of
+        argument fragments that one chunk completed may come out as one
+        ``ArgumentsDelta`` of their joined text."""
         out: list[EngineEvent] = []
         self._pump(data, out)
         return out
+
+    def _one_by_one(self, events: list[SSEEvent], out: list[BatchEvent]) -> None:
+        decode = self._adapter_stream.decode
+        for sse in events:
+            out += decode(sse)
 
     def _pump(self, data: bytes, out: list[EngineEvent] | None) -> None:
         """Feed ``data`` through the pipeline; collect the engine events into ``out``
         unless it is None (``decode`` has no use for them)."""
         if self._done:
             return
-        turn = self._turn
         try:
-            decode = self._adapter_stream.decode
-            apply = turn.apply
-            # The two events that are nearly every event of a long stream skip the
-            # generic dispatch (exact type tests: subclasses go the generic way).
-            fragment = turn._calls.fragment
-            on_text = turn._on_text
             sse_error: Exception | None = None
             try:
                 sse_events = self._sse.feed(data)
@@ -246,27 +256,50 @@ class StreamDecoder:
                 # outcome (one of them may fail first, or carry a provider error).
                 sse_events = self._sse.take_salvaged()
                 sse_error = exc
-            for sse in sse_events:
-                events = decode(sse)
-                try:
-                    for event in events:
-                        if type(event) is ArgumentsDelta:
-                            fragment(event.index, event.fragment)
-                        elif type(event) is TextDelta:
-                            on_text(event)
-                        else:
-                            apply(event)
-                except Exception:
-                    if out is not None:  # the events applied before the failing one
-                        out += events[: next(i for i, e in enumerate(events) if e is event)]
-                    raise
-                if out is not None:
-                    out += events
+            if sse_events:
+                self._translate(sse_events, out)
             if sse_error is not None:
                 raise sse_error
         except Exception as exc:
             if not self._absorb(exc):
                 raise
+
+    def _translate(self, sse_events: list[SSEEvent], out: list[EngineEvent] | None) -> None:
+        """Adapter, then assembler, for one chunk's SSE events. The adapter's events up
+        to an error it raises are applied first (an earlier failure among them wins)."""
+        batch: list[BatchEvent] = []
+        adapter_error: Exception | None = None
+        try:
+            self._batch(sse_events, batch)
+        except Exception as exc:
+            adapter_error = exc
+        turn = self._turn
+        calls = turn._calls
+        # The events that are nearly every event of a long stream skip the generic
+        # dispatch (exact type tests: subclasses go the generic way).
+        fragment, fragments = calls.fragment, calls.fragments
+        on_text, apply = turn._on_text, turn.apply
+        applied = 0
+        try:
+            for event in batch:
+                if type(event) is ArgumentsRun:
+                    fragments(event.indexes, event.pieces)
+                elif type(event) is ArgumentsDelta:
+                    fragment(event.index, event.fragment)
+                elif type(event) is TextDelta:
+                    on_text(event)
+                else:
+                    apply(event)  # type: ignore[arg-type]  # runs are handled above
+                applied += 1
+        finally:
+            if out is not None:  # the events applied (all of them, or up to the failing one)
+                for event in batch[:applied]:
+                    if type(event) is ArgumentsRun:
+                        out += event.deltas()
+                    else:
+                        out.append(event)  # type: ignore[arg-type]  # runs are handled above
+        if adapter_error is not None:
+            raise adapter_error
 
     def _absorb(self, exc: Exception) -> bool:
         """Turn a failure caused by the input into a ``failed`` outcome; re-raise others."""
@@ -286,9 +319,9 @@ class StreamDecoder:
         if not self._done:
             self._done = True
             try:
-                for sse in self._sse.close():
-                    for event in self._adapter_stream.decode(sse):
-                        self._turn.apply(event)
+                tail = self._sse.close()
+                if tail:
+                    self._translate(tail, None)
                 for event in self._adapter_stream.end():
                     self._turn.apply(event)
             except Exception as exc:

@@ -53,7 +53,7 @@ _TYPES: dict[bytes, str] = {}  # event name -> dispatched type
 _LINE_TYPES: dict[bytes, str] = {}  # the same, keyed by the whole `event: <name>` line
 
 
-class SSEEvent(msgspec.Struct, frozen=True):
+class SSEEvent(msgspec.Struct, frozen=True, gc=False):
     """One dispatched event. ``data`` is the UTF-8 bytes of the joined data lines
     (adapters decode JSON straight from bytes). ``unframed`` marks text that arrived
     outside any SSE field (only collected when the decoder is asked to)."""
