@@ -108,9 +108,9 @@ class StreamedArguments:
             else:
                 raise StreamProtocolError(f"vertex: partialArg {path!r} carries no value")
 
-    def build(self) -> str | None:
-        """The JSON object text of everything received, or None when no piece came (a
-        call without arguments)."""
+    def build(self) -> bytes | None:
+        """The JSON object text (UTF-8) of everything received, or None when no piece
+        came (a call without arguments)."""
         if not self._leaves:
             return None
         root: dict[str, Any] = {}
@@ -119,31 +119,58 @@ class StreamedArguments:
             segments = _parse_path(path)
             if len(segments) > max_depth:
                 raise LimitExceeded("max_json_depth", max_depth, f"vertex jsonPath {path!r}")
-            value = "".join(leaf.pieces) if leaf.pieces is not None else leaf.value
-            leaf.pieces = None  # the joined value replaces the pieces (memory)
+            value = _Text(leaf.pieces) if leaf.pieces is not None else leaf.value
+            leaf.pieces = None
             _assign(root, segments, value, path)
         self._leaves = {}
-        return _json_text(root)
+        out: list[bytes] = []
+        _write(root, out)
+        return b"".join(out)
 
 
-def _json_text(root: dict[str, Any]) -> str:
-    """``msgspec.json.encode(root).decode()``, without its peaks: strings are escaped
-    straight to ``str`` by the stdlib's C escaper (the same output as msgspec's for
-    every code point) instead of going through bytes, and each member is released as
-    soon as it is written, so a long streamed string is held about twice, not five
-    times."""
-    pieces: list[str] = []
-    for key in list(root):
-        value = root.pop(key)
-        pieces += (
-            "," if pieces else "{",
-            _escape(key),
-            ":",
-            _escape(value) if type(value) is str else msgspec.json.encode(value).decode(),
-        )
-        del value
-    pieces.append("}" if pieces else "{}")
-    return "".join(pieces)
+class _Text:
+    """A string leaf still in the pieces it arrived in (written without joining them)."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = pieces
+
+
+def _write(value: Any, out: list[bytes]) -> None:
+    """Append the JSON text of ``value`` to ``out``: strings escaped by the stdlib's C
+    escaper (the same output as msgspec's for every code point), other scalars by
+    msgspec. A long streamed string is written a piece at a time, each piece released
+    as it is written, so it is held about once as text and once as bytes, never as one
+    joined copy of either."""
+    if type(value) is _Text:
+        pieces = value.pieces
+        pieces.reverse()
+        out.append(b'"')
+        while pieces:
+            out.append(_escape(pieces.pop())[1:-1].encode())
+        out.append(b'"')
+    elif type(value) is str:
+        out.append(_escape(value).encode())
+    elif type(value) is dict:
+        out.append(b"{")
+        for i, key in enumerate(list(value)):
+            if i:
+                out.append(b",")
+            out.append(_escape(key).encode())
+            out.append(b":")
+            _write(value.pop(key), out)
+        out.append(b"}")
+    elif type(value) is list:
+        out.append(b"[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(b",")
+            _write(item, out)
+        value.clear()
+        out.append(b"]")
+    else:
+        out.append(msgspec.json.encode(value))
 
 
 def _parse_path(path: str) -> list[str | int]:

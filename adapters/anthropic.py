@@ -262,7 +262,12 @@ class AnthropicStream:
                 if pieces:
                     append_fragments(out, indexes, pieces)
                     indexes, pieces = [], []
-                self._event(ev, out)
+                mark = len(out)
+                try:
+                    self._event(ev, out)
+                except Exception:
+                    del out[mark:]  # an event is translated whole or not at all
+                    raise
         finally:
             append_fragments(out, indexes, pieces)
 

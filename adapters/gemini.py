@@ -8,8 +8,9 @@ parts and the request body. Never does HTTP, never parses tool arguments (the as
 does), never trusts provider text as a status.
 
 Gemini has no end-of-stream marker and no per-call "done" event: a ``functionCall`` part
-with ``args`` is complete on arrival (``CallStarted`` + one ``ArgumentsDelta`` with the exact
-``args`` bytes + ``CallDone``), and the ``Completion`` is emitted from ``end()`` only when a
+with ``args`` is complete on arrival (``CallStarted``, then ``CallDone`` carrying the exact
+``args`` bytes; a Vertex streamed call's done carries the object built from its pieces),
+and the ``Completion`` is emitted from ``end()`` only when a
 ``finishReason`` was seen, because an unframed JSON error body may still follow a STOP chunk.
 Thought text and signatures are kept as ``ContinuationItem``s so the echo can put each
 signature back on the same kind of part: ``thought`` (merged consecutive thought text),
@@ -18,6 +19,7 @@ signature back on the same kind of part: ``thought`` (merged consecutive thought
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -26,7 +28,6 @@ import msgspec
 from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, ToolDeclaration
 from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
-    ArgumentsDelta,
     CallDone,
     CallStarted,
     Completion,
@@ -149,6 +150,18 @@ _ERROR_DECODER: Final = msgspec.json.Decoder(_ErrorBody | list[_ErrorBody])
 _JSON_DECODER: Final = msgspec.json.Decoder()
 
 
+def _is_utf8(data: bytes) -> bool:
+    """UTF-8 validity, checked in slices so that no decoded copy of it all is made."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        for start in range(0, len(data), 1 << 16):
+            decoder.decode(data[start : start + (1 << 16)])
+        decoder.decode(b"", True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode())
 
@@ -198,7 +211,7 @@ class GeminiStream:
         self._thought: list[str] = []
         self._thought_pos = -1
         self._thought_bytes = 0
-        self._junk: list[bytes] = []
+        self._junk: list[bytes | bytearray] = []
         self._junk_bytes = 0
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
@@ -354,16 +367,15 @@ class GeminiStream:
                 raise StreamProtocolError(
                     "gemini: partialArgs on a functionCall that does not continue"
                 )
-            if fc.args:
-                # The exact argument bytes; a JSON object is required, the assembler checks.
-                try:
-                    text = str(fc.args, "utf-8")
-                except UnicodeDecodeError:
-                    raise StreamProtocolError(
-                        f"gemini: functionCall {fc.name!r} args are not valid UTF-8"
-                    ) from None
-                out.append(ArgumentsDelta(index, text))
-            out.append(CallDone(index))
+            raw = bytes(fc.args)
+            # The exact argument bytes, parsed as received (a JSON object is required,
+            # the assembler checks). msgspec skips them unread, so the UTF-8 check of the
+            # rest of the chunk is done here: invalid bytes make the chunk undecodable.
+            if not raw.isascii() and not _is_utf8(raw):
+                raise StreamProtocolError(
+                    f"gemini: functionCall {fc.name!r} args are not valid UTF-8"
+                )
+            out.append(CallDone(index, raw=raw) if raw else CallDone(index))
             return index
         if vertex is None:
             raise StreamProtocolError(
@@ -377,14 +389,12 @@ class GeminiStream:
             # The terminating piece (an empty functionCall): build the object and close.
             self._vertex = None
             arguments = vertex.build()
-            if arguments is not None:
-                out.append(ArgumentsDelta(vertex.index, arguments))
-            out.append(CallDone(vertex.index))
+            out.append(CallDone(vertex.index, raw=arguments))
         return vertex.index
 
     # --- unframed text -----------------------------------------------------------------
 
-    def _unframed(self, data: bytes) -> list[EngineEvent]:
+    def _unframed(self, data: bytes | bytearray) -> list[EngineEvent]:
         self._junk.append(data)
         self._junk_bytes += len(data) + 1
         if self._junk_bytes > self._limits.max_event_bytes:

@@ -215,15 +215,25 @@ class OpenAIChatStream:
                                     continue
                     append_fragments(out, indexes, pieces)
                     indexes, pieces = [], []
-                    self._chunk(chunk, out)
+                    mark = len(out)
+                    try:
+                        self._chunk(chunk, out)
+                    except Exception:
+                        del out[mark:]  # an event is translated whole or not at all
+                        raise
                     continue
                 append_fragments(out, indexes, pieces)
                 indexes, pieces = [], []
-                self._event(data, out)
+                mark = len(out)
+                try:
+                    self._event(data, out)
+                except Exception:
+                    del out[mark:]
+                    raise
         finally:
             append_fragments(out, indexes, pieces)
 
-    def _event(self, data: bytes, out: list[BatchEvent]) -> None:
+    def _event(self, data: bytes | bytearray, out: list[BatchEvent]) -> None:
         if self._done:
             raise StreamProtocolError("openai_chat: data after the [DONE] sentinel")
         if data == _DONE:
@@ -245,7 +255,9 @@ class OpenAIChatStream:
             return
         self._chunk(chunk, out)
 
-    def _undecodable(self, data: bytes, exc: msgspec.DecodeError, out: list[BatchEvent]) -> None:
+    def _undecodable(
+        self, data: bytes | bytearray, exc: msgspec.DecodeError, out: list[BatchEvent]
+    ) -> None:
         if data.strip() == _DONE:
             self._terminal(out)
             return

@@ -17,7 +17,7 @@ the reasoning item's ``encrypted_content`` is only final there (the value at
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -110,8 +110,9 @@ class _ItemAddedEvent(msgspec.Struct, frozen=True, gc=False):
 
 class _ItemDoneEvent(msgspec.Struct, frozen=True, gc=False):
     output_index: int
-    # Kept verbatim for the stateless echo, so decoded as a plain JSON object.
-    item: dict[str, Any]
+    # Kept verbatim for the stateless echo, so decoded member by member (a function
+    # call's ``arguments`` stays a raw literal: it repeats the streamed text).
+    item: dict[str, msgspec.Raw]
 
 
 class _ArgumentsDeltaEvent(msgspec.Struct, frozen=True, gc=False):
@@ -129,7 +130,8 @@ class _IndexedDeltaEvent(msgspec.Struct, frozen=True, gc=False):
 
 
 class _ArgumentsDoneEvent(msgspec.Struct, frozen=True, gc=False):
-    arguments: str | None = None
+    # The whole text again: kept as its raw JSON literal, compared without a decoded copy.
+    arguments: msgspec.Raw = msgspec.Raw()  # empty when absent
     output_index: int | None = None
     item_id: str | None = None
 
@@ -160,6 +162,8 @@ _ARGS_DONE = msgspec.json.Decoder(_ArgumentsDoneEvent)
 _DELTA = msgspec.json.Decoder(_DeltaEvent)
 _ERROR = msgspec.json.Decoder(_ErrorEvent)
 _TYPE = msgspec.json.Decoder(_TypeView)
+_JSON = msgspec.json.Decoder()
+_QUOTE, _NULL = ord('"'), b"null"
 
 
 def _usage(view: _UsageView) -> Usage:
@@ -178,7 +182,6 @@ class OpenAIResponsesStream:
 
     __slots__ = (
         "_by_item",
-        "_done_args",
         "_items",
         "_limits",
         "_meta_sent",
@@ -190,8 +193,6 @@ class OpenAIResponsesStream:
         self._limits = limits
         # Function-call item id -> output_index, for deltas that carry only item_id.
         self._by_item: dict[str, int] = {}
-        # output_index -> the argument text of its arguments.done, until output_item.done.
-        self._done_args: dict[int, str] = {}
         self._started = 0
         self._items = 0
         self._meta_sent = False
@@ -225,19 +226,18 @@ class OpenAIResponsesStream:
                 if pieces:
                     append_fragments(out, indexes, pieces)
                     indexes, pieces = [], []
-                out += self.decode(event)
+                out += self._event(event)
         finally:
             append_fragments(out, indexes, pieces)
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
+        out: list[BatchEvent] = []
+        self.decode_batch([event], out)
+        return cast("list[EngineEvent]", out)  # one event never makes a run
+
+    def _event(self, event: SSEEvent) -> list[EngineEvent]:
+        """Any event but an argument delta before the terminal event."""
         name = event.event
-        if name == _ARGS_DELTA_NAME and not self._terminal:
-            try:
-                return self._on_arguments_delta(event.data)
-            except msgspec.DecodeError as exc:
-                raise StreamProtocolError(
-                    f"openai_responses: undecodable {name} event: {exc}"
-                ) from None
         handler = _HANDLERS.get(name)
         if handler is None:
             if name != "message":
@@ -268,7 +268,7 @@ class OpenAIResponsesStream:
 
     # --- handlers: (self, data) -> events --------------------------------------------------
 
-    def _on_lifecycle(self, data: bytes) -> list[EngineEvent]:
+    def _on_lifecycle(self, data: bytes | bytearray) -> list[EngineEvent]:
         if self._meta_sent:
             return []
         response = _LIFECYCLE.decode(data).response
@@ -277,7 +277,7 @@ class OpenAIResponsesStream:
         self._meta_sent = True
         return [ResponseMeta(response.id, response.model)]
 
-    def _on_item_added(self, data: bytes) -> list[EngineEvent]:
+    def _on_item_added(self, data: bytes | bytearray) -> list[EngineEvent]:
         ev = _ITEM_ADDED.decode(data)
         item = ev.item
         if item.type != "function_call":
@@ -304,57 +304,58 @@ class OpenAIResponsesStream:
             "openai_responses: argument event names no known output_index or item_id"
         )
 
-    def _on_arguments_delta(self, data: bytes) -> list[EngineEvent]:
+    def _on_arguments_delta(self, data: bytes | bytearray) -> list[EngineEvent]:
         ev = _ARGS_DELTA.decode(data)
         if not ev.delta:
             return []
         return [ArgumentsDelta(self._index(ev.output_index, ev.item_id), ev.delta)]
 
-    def _on_arguments_done(self, data: bytes) -> list[EngineEvent]:
+    def _on_arguments_done(self, data: bytes | bytearray) -> list[EngineEvent]:
         ev = _ARGS_DONE.decode(data)
         index = self._index(ev.output_index, ev.item_id)
-        if ev.arguments is not None:
-            self._done_args[index] = ev.arguments
-        return [CallDone(index, ev.arguments)]
+        return [CallDone(index, literal=_string_literal(ev.arguments, index))]
 
-    def _on_item_done(self, data: bytes) -> list[EngineEvent]:
+    def _on_item_done(self, data: bytes | bytearray) -> list[EngineEvent]:
         ev = _ITEM_DONE.decode(data)
-        item = ev.item
+        members = ev.item
+        index = ev.output_index
+        arguments = members.pop("arguments", None)
+        item = {key: _JSON.decode(value) for key, value in members.items()}
         kind = item.get("type")
         if not isinstance(kind, str):
             raise StreamProtocolError("openai_responses: output item without a string type")
         self._items += 1
         if self._items > self._limits.max_continuation_items:
             raise LimitExceeded("max_continuation_items", self._limits.max_continuation_items)
-        index = ev.output_index
         if kind == "function_call":
             status = item.get("status")
             # An "incomplete" call (cut by max_output_tokens) gets no done signal.
             if status is None or status == "completed":
-                arguments = item.get("arguments")
-                if arguments is not None and not isinstance(arguments, str):
-                    raise StreamProtocolError(
-                        f"openai_responses: function_call at output_index {index} has "
-                        "non-string arguments"
-                    )
-                if arguments is not None:
-                    # The item repeats the text of arguments.done: keep one copy of it
-                    # (the kept item is verbatim either way; the texts are equal).
-                    seen = self._done_args.pop(index, None)
-                    if seen is not None and seen == arguments:
-                        item["arguments"] = arguments = seen
-                return [CallDone(index, arguments), ContinuationItem(kind, index, item)]
+                literal = _string_literal(arguments, index)
+                if literal is None:
+                    if arguments is not None:
+                        item["arguments"] = None
+                    return [CallDone(index), ContinuationItem(kind, index, item)]
+                # The kept item leaves out the arguments: they are the call's own bytes,
+                # which the echo puts back (one copy of a long text, not two).
+                return [CallDone(index, literal=literal), ContinuationItem(kind, index, item)]
+        if arguments is not None:
+            item["arguments"] = _JSON.decode(arguments)
+            # Keep the member order of the item as received.
+            item = {key: item[key] for key in ev.item} | item
         return [ContinuationItem(kind, index, item)]
 
-    def _on_text_delta(self, data: bytes) -> list[EngineEvent]:
+    def _on_text_delta(self, data: bytes | bytearray) -> list[EngineEvent]:
         delta = _DELTA.decode(data).delta
         return [TextDelta(delta)] if delta else []
 
-    def _on_refusal_delta(self, data: bytes) -> list[EngineEvent]:
+    def _on_refusal_delta(self, data: bytes | bytearray) -> list[EngineEvent]:
         delta = _DELTA.decode(data).delta
         return [RefusalDelta(delta)] if delta else []
 
-    def _terminal_response(self, data: bytes) -> tuple[_ResponseView, list[EngineEvent]]:
+    def _terminal_response(
+        self, data: bytes | bytearray
+    ) -> tuple[_ResponseView, list[EngineEvent]]:
         if self._terminal:
             raise StreamProtocolError("openai_responses: a second terminal event")
         self._terminal = True
@@ -367,20 +368,20 @@ class OpenAIResponsesStream:
             out.append(UsageReport(_usage(response.usage)))
         return response, out
 
-    def _on_completed(self, data: bytes) -> list[EngineEvent]:
+    def _on_completed(self, data: bytes | bytearray) -> list[EngineEvent]:
         response, out = self._terminal_response(data)
         raw = response.status or "completed"
         out.append(Completion(FINISH_REASONS.get(raw, OutcomeKind.FAILED), raw))
         return out
 
-    def _on_incomplete(self, data: bytes) -> list[EngineEvent]:
+    def _on_incomplete(self, data: bytes | bytearray) -> list[EngineEvent]:
         response, out = self._terminal_response(data)
         details = response.incomplete_details
         raw = (details.reason if details is not None else None) or "incomplete"
         out.append(Completion(FINISH_REASONS.get(raw, OutcomeKind.TRUNCATED), raw))
         return out
 
-    def _on_failed(self, data: bytes) -> list[EngineEvent]:
+    def _on_failed(self, data: bytes | bytearray) -> list[EngineEvent]:
         response, out = self._terminal_response(data)
         error = response.error
         info = error_info(error) if error is not None else ProviderErrorInfo()
@@ -388,7 +389,7 @@ class OpenAIResponsesStream:
         out.append(Completion(OutcomeKind.FAILED, info.code or "failed"))
         return out
 
-    def _on_error(self, data: bytes) -> list[EngineEvent]:
+    def _on_error(self, data: bytes | bytearray) -> list[EngineEvent]:
         ev = _ERROR.decode(data)
         nested = ev.error
         if nested is not None:
@@ -396,7 +397,22 @@ class OpenAIResponsesStream:
         return [ProviderError(error_info(ErrorView(code=ev.code, message=ev.message)))]
 
 
-_Handler = Callable[[OpenAIResponsesStream, bytes], list[EngineEvent]]
+def _string_literal(value: msgspec.Raw | None, index: int) -> msgspec.Raw | None:
+    """A function call's raw ``arguments`` member: the literal when it is a string, None
+    when it is absent or null; anything else is a protocol error."""
+    if value is None or not value:
+        return None
+    view = memoryview(value)
+    if view[0] == _QUOTE:
+        return value
+    if view == _NULL:
+        return None
+    raise StreamProtocolError(
+        f"openai_responses: function_call at output_index {index} has non-string arguments"
+    )
+
+
+_Handler = Callable[[OpenAIResponsesStream, bytes | bytearray], list[EngineEvent]]
 
 _TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
@@ -467,6 +483,10 @@ class OpenAIResponsesAdapter:
                 if call is not None and not echoed.get("call_id"):
                     # The result references the (derived) call id; the echo must too.
                     echoed["call_id"] = call.call_id
+                if "arguments" not in echoed:
+                    # Left out of the kept item: the call's own bytes are the same text.
+                    raw = call.raw_arguments if call is not None else b""
+                    echoed["arguments"] = raw.decode("utf-8", "replace")
             elif cont.kind == "message":
                 has_message = True
             ordered.append((cont.index, 0, echoed))

@@ -109,9 +109,13 @@ def of(events: list[EngineEvent], kind: type) -> list[Any]:
 
 
 def joined_arguments(events: list[EngineEvent]) -> dict[int, str]:
+    """Each call's argument text: streamed fragments, or the bytes of a whole call."""
     out: dict[int, str] = {}
-    for ev in of(events, ArgumentsDelta):
-        out[ev.index] = out.get(ev.index, "") + ev.fragment
+    for ev in events:
+        if isinstance(ev, ArgumentsDelta):
+            out[ev.index] = out.get(ev.index, "") + ev.fragment
+        elif isinstance(ev, CallDone) and ev.raw is not None:
+            out[ev.index] = out.get(ev.index, "") + ev.raw.decode()
     return out
 
 
@@ -184,9 +188,8 @@ def test_whole_args_call_in_the_stop_chunk() -> None:
         ResponseMeta("1lpeaMTxIpW1nvgP-O3vwQY", "gemini-2.0-flash"),
         # No id on Gemini 2.0: the assembler derives one.
         CallStarted(0, "get_capital", call_id=None),
-        # The exact bytes of `args`, whitespace included.
-        ArgumentsDelta(0, '{"country": "France"}'),
-        CallDone(0),
+        # The exact bytes of `args`, whitespace included, with the done signal.
+        CallDone(0, raw=b'{"country": "France"}'),
         UsageReport(Usage(input_tokens=52, output_tokens=5)),
         Completion(OutcomeKind.FINAL_TEXT, "STOP"),
     ]
@@ -203,8 +206,7 @@ def test_thought_signature_on_the_call_part_then_empty_stop_chunk() -> None:
     assert events == [
         ResponseMeta("QUVVadTSNJ6_qtsPvN7J8Q0", "gemini-3-pro-preview"),
         CallStarted(0, "get_country", call_id=None),
-        ArgumentsDelta(0, "{}"),
-        CallDone(0),
+        CallDone(0, raw=b"{}"),
         ContinuationItem("thought_signature", 0, {"thoughtSignature": sig}),
         UsageReport(Usage(input_tokens=29, output_tokens=10, reasoning_tokens=202)),
         Completion(OutcomeKind.FINAL_TEXT, "STOP"),
@@ -439,7 +441,7 @@ def test_vertex_nested_paths_and_scalar_values() -> None:
         "note": None,
         "rows": [{"id": 7}],
     }
-    assert of(events, CallDone) == [CallDone(0)]
+    assert [ev.index for ev in of(events, CallDone)] == [0]
 
 
 def test_vertex_call_cut_before_its_terminator_stays_open() -> None:

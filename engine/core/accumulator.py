@@ -1,7 +1,7 @@
 """Per-call argument accumulation for one response.
 
 Fragments are keyed by the provider's output index and collected per call; the
-provider's explicit done signal closes a call, and its text is encoded and parsed once,
+provider's explicit done signal closes a call, and its bytes are joined and parsed once,
 when the turn's calls are read (``complete``), never before the done signal. Every
 buffer is capped: bytes per call, bytes per response, calls per response. A call that
 never receives its done signal is never a complete call.
@@ -14,16 +14,21 @@ its fragments stop being stored, so memory stays bounded.
 
 Why it is shaped like this (speed and memory): a fragment for an open call costs one
 dict lookup, two additions and a list append; every ``_COMPACT`` code points the held
-fragments are joined into one block, so a long call holds about its own size, not one
-string object per 8-byte fragment. Encoding and parsing wait until the calls are read,
-after the stream's events (and their copies of the text) have been released.
+fragments are joined and encoded into one UTF-8 block, so a long call holds about its
+own size in bytes, not one string object per 8-byte fragment, and its raw bytes are one
+join of those blocks (never a whole-text ``encode``, whose worst-case buffer is twice
+the text). Joining and parsing wait until the calls are read, after the stream's events
+(and their copies of the text) have been released.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .arguments import ArgumentsRejected, parse_arguments
+import msgspec
+
+from .arguments import ArgumentsRejected, parse_arguments, string_slices
 from .canonical import digest_fields
 from .errors import LimitExceeded, StreamProtocolError
 from .limits import Limits
@@ -34,6 +39,10 @@ __all__ = ["CallAccumulator", "derive_call_id"]
 # Held fragments are joined into one block every this many code points: small enough
 # that per-fragment object overhead stays bounded, large enough that joins are rare.
 _COMPACT = 4096
+# Text longer than this is encoded in slices of it, so no encode needs a buffer of
+# twice a whole argument text.
+_SLICE = 1 << 16
+_SURROGATE = "arguments contain a lone surrogate"
 
 
 def derive_call_id(response_id: str | None, index: int) -> str:
@@ -46,14 +55,64 @@ def _cap_error(limit: int) -> str:
     return f"arguments exceed max_call_argument_bytes ({limit})"
 
 
-def _pieces_equal(text: str, pieces: list[str]) -> bool:
-    """``"".join(pieces) == text`` without building the joined copy."""
-    pos = 0
+def _encode(text: str, blocks: list[bytes | str], chars: list[int]) -> None:
+    """Append ``text`` to ``blocks`` as UTF-8 (in ``_SLICE`` pieces when long). Text that
+    cannot be encoded (a lone surrogate) is kept as ``str``: the call is rejected when
+    it is read, exactly as if it had been encoded then."""
+    if len(text) <= _SLICE:
+        pieces = [text]
+    else:
+        pieces = [text[i : i + _SLICE] for i in range(0, len(text), _SLICE)]
     for piece in pieces:
-        if not text.startswith(piece, pos):
-            return False
-        pos += len(piece)
-    return pos == len(text)
+        try:
+            blocks.append(piece.encode())
+        except UnicodeEncodeError:
+            blocks.append(piece)
+        chars.append(len(piece))
+
+
+def _text_chunks(text: str) -> Iterator[bytes]:
+    # surrogatepass: a text with a lone surrogate compares equal only to itself.
+    for start in range(0, len(text), _SLICE):
+        yield text[start : start + _SLICE].encode("utf-8", "surrogatepass")
+
+
+def _literal_chunks(literal: msgspec.Raw) -> Iterator[bytes]:
+    """The UTF-8 bytes of a JSON string literal's text, a slice at a time."""
+    try:
+        for text in string_slices(literal):
+            yield text.encode("utf-8", "surrogatepass")
+    except msgspec.DecodeError as exc:
+        raise StreamProtocolError(
+            f"arguments in the done event are not a JSON string: {exc}"
+        ) from None
+
+
+def _equal(left: Iterable[bytes], right: Iterable[bytes]) -> bool:
+    """Whether two byte streams, however chunked, carry the same bytes (no joined copy)."""
+    rest = iter(right)
+    have = memoryview(b"")
+    for chunk in left:
+        want = memoryview(chunk)
+        while want:
+            if not have:
+                nxt = next(rest, None)
+                if nxt is None:
+                    return False
+                have = memoryview(nxt)
+                continue
+            n = min(len(have), len(want))
+            if have[:n] != want[:n]:
+                return False
+            have, want = have[n:], want[n:]
+    return not have and all(not chunk for chunk in rest)
+
+
+def _drain(chunks: Iterator[bytes] | None) -> None:
+    """Run a done text's chunks to the end (a literal's validity is checked there)."""
+    if chunks is not None:
+        for _ in chunks:
+            pass
 
 
 class _Call:
@@ -61,6 +120,7 @@ class _Call:
         "arguments",
         "blocks",
         "call_id",
+        "chars",
         "disagree",
         "done",
         "error",
@@ -69,9 +129,10 @@ class _Call:
         "mark",
         "name",
         "parts",
+        "pending",
         "raw",
         "size",
-        "text",
+        "whole",
     )
 
     def __init__(
@@ -82,14 +143,19 @@ class _Call:
         self.call_id = call_id
         self.item_id = item_id
         self.parts: list[str] = []  # fragments since the last compaction
-        self.blocks: list[str] = []  # compacted fragments, in order
+        # Compacted fragments, in order: UTF-8 bytes (str where a lone surrogate made
+        # encoding impossible), with the code points of each.
+        self.blocks: list[bytes | str] = []
+        self.chars: list[int] = []
         self.size = 0  # code points received: a cheap lower bound of the UTF-8 size
         self.mark = mark  # the size at which the next fragment takes the slow path
         self.done = False
         self.error: str | None = None
-        # After the done signal: the whole text, until it is encoded and parsed.
-        self.text: str | None = None
-        # A repeated done signal disagreed while the text was still unparsed.
+        # Done and not yet joined and parsed (``complete`` does it once).
+        self.pending = False
+        # Arguments that arrived whole in the done event, as text or as bytes.
+        self.whole: str | bytes | None = None
+        # A repeated done signal disagreed while the arguments were still unparsed.
         self.disagree = False
         self.arguments: dict[str, Any] | None = None
         self.raw = b""
@@ -208,6 +274,7 @@ class CallAccumulator:
             call.error = _cap_error(self._max_call)
             call.parts = []
             call.blocks = []
+            call.chars = []
             del self._open[call.index]
             return
         call.parts.append(text)
@@ -215,52 +282,94 @@ class CallAccumulator:
 
     def _compact(self, call: _Call) -> None:
         parts = call.parts
-        call.blocks.append(parts[0] if len(parts) == 1 else "".join(parts))
+        _encode(parts[0] if len(parts) == 1 else "".join(parts), call.blocks, call.chars)
         parts.clear()
         call.mark = min(self._max_call, call.size + _COMPACT)
 
-    def done(self, index: int, arguments: str | None) -> None:
+    def done(
+        self,
+        index: int,
+        arguments: str | None,
+        raw: bytes | None = None,
+        literal: msgspec.Raw | None = None,
+    ) -> None:
+        """The call's done signal. A done event that repeats the arguments gives them as
+        ``arguments`` (text) or ``literal`` (the JSON string literal, compared a slice at
+        a time): they must equal the fragments. ``raw`` is the exact bytes of a call the
+        provider sends whole (Gemini), never together with fragments."""
         call = self._calls.get(index)
         if call is None:
             raise StreamProtocolError(f"done signal for call index {index} that never started")
+        told = (
+            _literal_chunks(literal)
+            if literal is not None
+            else (_text_chunks(arguments) if arguments is not None else None)
+        )
         if call.done:
             # A repeated done (Responses sends arguments.done and output_item.done) is a
             # no-op when it agrees; a disagreeing one spoils the call.
-            if arguments is not None and call.error is None and not self._same(call, arguments):
-                if call.text is not None:
-                    call.disagree = True  # applied after the parse, whose errors come first
-                else:
-                    call.error = "done events disagree about the arguments"
-                    call.arguments = None
+            if told is not None:
+                same = call.error is not None or _equal(told, self._held(call, call.pending))
+                _drain(told)  # a literal is checked for what it is either way
+                if not same:
+                    if call.pending:
+                        call.disagree = True  # applied after the parse, whose errors come first
+                    else:
+                        call.error = "done events disagree about the arguments"
+                        call.arguments = None
             return
         call.done = True
         self._done += 1
         self._open.pop(index, None)  # absent when the call is over its cap
         if call.error is not None:
+            _drain(told)
             return
-        pieces = call.blocks
-        pieces += call.parts
-        call.blocks = []
-        call.parts = []
-        if arguments is not None:
-            if not pieces:
-                if not self._admit_whole(call, len(arguments)):
-                    return
-            elif not _pieces_equal(arguments, pieces):
-                call.error = "arguments in the done event differ from the streamed fragments"
+        streamed = bool(call.blocks or call.parts)
+        if raw is not None or (told is not None and not streamed):
+            whole: str | bytes
+            if raw is not None:
+                whole = raw
+            elif told is not None and literal is not None:
+                whole = b"".join(told)
+            else:
+                whole = arguments or ""
+            if streamed:
+                self._differ(call)
                 return
-            call.text = arguments
-        else:
-            call.text = "".join(pieces)
+            if not self._admit_whole(call, len(whole)):
+                return
+            call.whole = whole
+        elif told is not None:
+            same = _equal(told, self._held(call, True))
+            _drain(told)
+            if not same:
+                self._differ(call)
+                return
+        call.pending = True
 
     @staticmethod
-    def _same(call: _Call, arguments: str) -> bool:
-        if call.text is not None:
-            return arguments == call.text
-        try:
-            return arguments.encode("utf-8") == call.raw
-        except UnicodeEncodeError:
-            return False
+    def _differ(call: _Call) -> None:
+        call.error = "arguments in the done event differ from the streamed fragments"
+        call.blocks, call.chars, call.parts = [], [], []
+
+    @staticmethod
+    def _held(call: _Call, pending: bool) -> Iterator[bytes]:
+        """The bytes a call holds, in order, as a stream of chunks: its parsed bytes, or
+        (``pending``: done or not, not yet parsed) what it will be parsed from."""
+        if not pending:
+            yield call.raw
+            return
+        whole = call.whole
+        if type(whole) is bytes:
+            yield whole
+            return
+        if type(whole) is str:
+            yield from _text_chunks(whole)
+            return
+        for block in call.blocks:
+            yield block if type(block) is bytes else block.encode("utf-8", "surrogatepass")  # type: ignore[union-attr]
+        for part in call.parts:
+            yield part.encode("utf-8", "surrogatepass")
 
     def _admit_whole(self, call: _Call, n: int) -> bool:
         """Count arguments that arrived whole in a done event; False spoils the call."""
@@ -272,18 +381,36 @@ class CallAccumulator:
             return False
         return True
 
+    def _join(self, call: _Call) -> bytes | None:
+        """A pending call's exact bytes (its buffers released), or None when it holds a
+        lone surrogate."""
+        whole = call.whole
+        call.whole = None
+        if type(whole) is bytes:
+            return whole
+        blocks, chars = call.blocks, call.chars
+        call.blocks, call.chars = [], []
+        if type(whole) is str:
+            _encode(whole, blocks, chars)
+            del whole
+        elif call.parts:
+            _encode("".join(call.parts), blocks, chars)
+            call.parts = []
+        if not all(type(block) is bytes for block in blocks):
+            return None
+        if len(blocks) == 1:
+            return blocks[0]  # type: ignore[return-value]
+        raw = b"".join(blocks)  # type: ignore[arg-type]  # all bytes (checked above)
+        blocks.clear()
+        return raw
+
     def _finish(self, call: _Call) -> None:
-        """Encode and parse a done call's text (once)."""
-        text = call.text
-        if text is None:
+        """Join and parse a done call's arguments (once)."""
+        call.pending = False
+        raw = self._join(call)
+        if raw is None:
+            call.error = _SURROGATE
             return
-        call.text = None
-        try:
-            raw = text.encode("utf-8")
-        except UnicodeEncodeError:
-            call.error = "arguments contain a lone surrogate"
-            return
-        del text  # the parse below is the peak: hold the bytes, not the string too
         call.raw = raw
         if len(raw) > self._max_call:
             call.error = _cap_error(self._max_call)
@@ -313,7 +440,7 @@ class CallAccumulator:
             call = calls[index]
             if not call.done:
                 continue
-            if call.text is not None:
+            if call.pending:
                 self._finish(call)
             derived = call.call_id is None or call.call_id == ""
             out.append(

@@ -10,18 +10,38 @@ NaN/Infinity, numbers out of float range, a top-level value that is not an objec
 duplicate keys in any object, and nesting deeper than ``Limits.max_json_depth``.
 Integers keep full precision (msgspec decodes big integers exactly; orjson would turn
 them into floats, silently changing the value).
+
+Memory: one decode of a text with a long escaped string needs msgspec's unescape buffer
+beside the input and the result (three times the text, briefly). Text longer than
+``_PIECEWISE`` is therefore read in two steps when it can be: its containers with their
+members left raw (zero-copy views of the input), then every long string in slices of
+at most ``_SLICE`` bytes cut between characters and outside escapes, appended to one
+``str`` in place. The value is identical to one decode; anything unusual (no safe cut,
+any error) falls back to the one decode, whose error is the one reported.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 
-__all__ = ["ArgumentsRejected", "parse_arguments"]
+__all__ = ["ArgumentsRejected", "parse_arguments", "string_slices"]
 
 _decoder = msgspec.json.Decoder()
+_members = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_items = msgspec.json.Decoder(list[msgspec.Raw])
+_string = msgspec.json.Decoder(str)
+# Texts from this size on are parsed piecewise; strings from _SLICE on are read in
+# slices of it (what the unescape buffer may grow to, above the input and the result).
+_PIECEWISE = 1 << 18
+_SLICE = 1 << 17
+# Slices of a literal that is only streamed through (compared, never kept): smaller,
+# since nothing is gained by fewer of them.
+_STREAM_SLICE = 1 << 15
+_OPEN_OBJECT, _OPEN_ARRAY, _QUOTE = b'{["'
 _CONTAINERS = (dict, list)
 _BLANK = b" \t\n\r\x0b\x0c"  # what bytes.strip() removes
 
@@ -43,6 +63,11 @@ def parse_arguments(raw: bytes, max_depth: int) -> dict[str, Any]:
     """
     if not raw or (raw[0] in _BLANK and not raw.strip()):
         return {}
+    if len(raw) >= _PIECEWISE:
+        value = _piecewise(raw)
+        if value is not None:
+            _check_structure(value, raw, max_depth)
+            return value
     try:
         value = _decoder.decode(raw)
     except msgspec.DecodeError as exc:
@@ -53,6 +78,104 @@ def parse_arguments(raw: bytes, max_depth: int) -> dict[str, Any]:
         raise ArgumentsRejected(f"arguments must be a JSON object, not {_json_type(value)}")
     _check_structure(value, raw, max_depth)
     return value
+
+
+class _NoSafeCut(Exception):
+    """A long string offers no place to cut it (escapes every few bytes)."""
+
+
+def _piecewise(raw: bytes) -> dict[str, Any] | None:
+    """``raw`` decoded without an unescape buffer the size of its longest string, or
+    None when that cannot be done (the caller then decodes it in one go)."""
+    try:
+        value = _container(memoryview(raw))
+    except (msgspec.DecodeError, RecursionError, _NoSafeCut):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _container(view: memoryview) -> Any:
+    first = view[0]
+    if first == _OPEN_OBJECT:
+        return {key: _member(member) for key, member in _members.decode(view).items()}
+    if first == _OPEN_ARRAY:
+        return [_member(item) for item in _items.decode(view)]
+    return _decoder.decode(view)
+
+
+def _member(raw: msgspec.Raw) -> Any:
+    view = memoryview(raw)
+    if len(view) < _SLICE:
+        return _decoder.decode(view)
+    if view[0] == _QUOTE:
+        return _long_string(view)
+    return _container(view)
+
+
+def _long_string(view: memoryview) -> str:
+    """A long JSON string literal (quotes included), decoded a slice at a time."""
+    return _concatenate(view, _cuts(view, _SLICE))
+
+
+def _cuts(view: memoryview, size: int) -> list[int]:
+    """Where a string literal (quotes included) is cut into slices of at most ``size``
+    bytes: the content's start, each cut, the content's end."""
+    cuts = [1]
+    end = len(view) - 1
+    while end - cuts[-1] > size:
+        cuts.append(_safe_cut(view, cuts[-1], cuts[-1] + size))
+    cuts.append(end)
+    return cuts
+
+
+def string_slices(literal: bytes | bytearray | memoryview | msgspec.Raw) -> Iterator[str]:
+    """The decoded text of a JSON string literal (quotes included), in slices of at most
+    ``_STREAM_SLICE`` bytes of it, never the whole text at once (a long literal with no
+    safe cut comes whole). Raises ``msgspec.DecodeError`` where one strict decode of the
+    literal would."""
+    view = memoryview(literal)
+    try:
+        cuts = _cuts(view, _STREAM_SLICE)
+    except _NoSafeCut:
+        yield _string.decode(view)
+        return
+    for i in range(1, len(cuts)):
+        yield _string.decode(b'"' + view[cuts[i - 1] : cuts[i]] + b'"')
+
+
+def _concatenate(view: memoryview, cuts: list[int]) -> str:
+    # ``out += part`` as the last statement of a ``for`` body: CPython then extends
+    # ``out`` in place (the interpreter's in-place str concatenation, specialised once
+    # the loop has run a few times; see the warm-up below). Without it each step would
+    # copy, and the peak would be twice the string; the value is the same either way.
+    out = ""
+    for i in range(1, len(cuts)):
+        part = _string.decode(b'"' + view[cuts[i - 1] : cuts[i]] + b'"')
+        out += part
+    return out
+
+
+def _safe_cut(view: memoryview, start: int, target: int) -> int:
+    """A position at most ``target`` and past ``start`` where the literal's bytes can be
+    cut: not inside a multi-byte character and not within six bytes after a backslash
+    (so never inside an escape, nor between the halves of a surrogate pair)."""
+    low = max(start + 1, target - 4096)
+    cut = target
+    while cut > low:
+        lo = max(cut - 6, start)
+        window = bytes(view[lo : cut + 1])
+        back = window.rfind(b"\\", 0, len(window) - 1)
+        if back >= 0:
+            cut = lo + back  # the backslash may open an escape: try just before it
+        elif 0x80 <= window[-1] <= 0xBF:
+            cut -= 1  # a continuation byte: the character starts earlier
+        else:
+            return cut
+    raise _NoSafeCut
+
+
+# Warm the loop up so the first long argument text already gets the in-place appends.
+_concatenate(memoryview(b'"' + b"x" * 64 + b'"'), list(range(1, 66)))
 
 
 def _json_type(value: object) -> str:

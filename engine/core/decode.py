@@ -112,7 +112,7 @@ class TurnAssembler:
         self._calls.start(ev.index, ev.name, ev.call_id, ev.item_id)
 
     def _on_call_done(self, ev: CallDone) -> None:
-        self._calls.done(ev.index, ev.arguments)
+        self._calls.done(ev.index, ev.arguments, ev.raw, ev.literal)
 
     def _on_meta(self, ev: ResponseMeta) -> None:
         if ev.response_id is not None and self._response_id is None:

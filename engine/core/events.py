@@ -94,10 +94,17 @@ class CallDone(msgspec.Struct, frozen=True, gc=False, tag="call_done"):
 
     ``arguments`` is the full argument text when the done event repeats it
     (Responses ``function_call_arguments.done``); it must equal the joined fragments.
+    ``literal`` carries the same text as the JSON string literal it arrived in (escapes
+    included, a view of the event's bytes), so that a long repeated text is compared a
+    slice at a time instead of being decoded whole. ``raw`` is the exact argument bytes
+    of a call that arrives whole, without fragments (a Gemini ``functionCall`` part):
+    they are parsed as received, never re-encoded.
     """
 
     index: int
     arguments: str | None = None
+    raw: bytes | None = None
+    literal: msgspec.Raw | None = None
 
 
 class UsageReport(msgspec.Struct, frozen=True, gc=False, tag="usage"):

@@ -16,10 +16,10 @@ is split as is, since rewriting every CRLF costs more than the split) is split i
 values by one ``split`` call; a chunk of ``event:`` + ``data:`` pairs (Anthropic,
 Responses, Interactions) is split into lines once and its names and values sliced out
 of that list. Everything else is normalised to LF and goes through the block and
-per-line paths. An unterminated line is kept as the pieces it arrived in, so a long
-line is never rescanned until its line end arrives, and is then joined once, a
-``data:`` line straight into its value; per-line length checks run only on chunks
-longer than a cap.
+per-line paths. An unterminated line that spans chunks grows in one ``bytearray`` (in
+place, so a long line is held about once), is never rescanned until its line end
+arrives, and is then copied once into its value; per-line length checks run only on
+chunks longer than a cap.
 """
 
 from __future__ import annotations
@@ -55,11 +55,13 @@ _LINE_TYPES: dict[bytes, str] = {}  # the same, keyed by the whole `event: <name
 
 class SSEEvent(msgspec.Struct, frozen=True, gc=False):
     """One dispatched event. ``data`` is the UTF-8 bytes of the joined data lines
-    (adapters decode JSON straight from bytes). ``unframed`` marks text that arrived
+    (adapters decode JSON straight from bytes): ``bytes``, or the ``bytearray`` a data
+    line that spanned several chunks was gathered in (handed over, not copied, so a
+    long line is held once; treat it as read-only). ``unframed`` marks text that arrived
     outside any SSE field (only collected when the decoder is asked to)."""
 
     event: str = "message"
-    data: bytes = b""
+    data: bytes | bytearray = b""
     id: str | None = None
     retry: int | None = None
     unframed: bool = False
@@ -138,15 +140,15 @@ class SSEDecoder:
         self._closed = False
         # Bytes carried to the next chunk: ``_held`` bytes of complete lines not yet
         # applied (see ``_blocks``), then the first piece of the unterminated line;
-        # its later pieces wait in ``_parts`` (never re-joined per chunk). The
+        # its later pieces grow ``_parts`` (never rescanned per chunk). The
         # unterminated line is ``_tail_len`` bytes long.
         self._carry = b""
         self._held = 0
-        self._parts: list[bytes] = []
+        self._parts = bytearray()
         self._tail_len = 0
         # The event being built; ``_dirty`` says whether any of it is set.
         self._dirty = False
-        self._data: list[bytes] = []
+        self._data: list[bytes | bytearray] = []
         self._data_len = 0
         self._type = ""
         self._retry: int | None = None
@@ -266,20 +268,27 @@ class SSEDecoder:
         nl = data.find(b"\n")
         if self._tail_len + nl > self._max_line:
             raise SSELineTooLong("max_line_bytes", self._max_line)
-        held, pieces = self._held, self._parts
-        # The line's first piece: the carry after the held lines, or (when the carry
-        # holds only those) the first of the pieces.
-        first = self._carry[held:] or pieces.pop(0)
+        held, line = self._held, self._parts
+        # The line's first piece is the carry after the held lines (empty when the
+        # carry holds only those); the rest is in ``_parts``.
+        head = self._carry[held:]
         if held:
             self._lines(self._carry[:held])  # a lone `event:` line, already validated
         self._carry = b""
         self._held = 0
-        self._parts = []
+        self._parts = bytearray()
         self._tail_len = 0
-        if first.startswith(b"data: "):
-            self._add_data(b"".join((first[6:], *pieces, data[:nl])))
+        if head:
+            line[0:0] = head
+        line += memoryview(data)[:nl]
+        if line.startswith(b"data: "):
+            del line[:6]  # O(1) at the front of a bytearray
+            # The event's data is this buffer itself: a long line is never held twice.
+            self._add_data(line)
         else:
-            self._lines(b"".join((first, *pieces, data[:nl])))
+            value = bytes(line)
+            del line
+            self._lines(value)
         out: list[SSEEvent] = []
         if data[nl + 1 : nl + 2] == b"\n":
             self._dispatch(out)
@@ -348,7 +357,7 @@ class SSEDecoder:
             return []
         out: list[SSEEvent] = []
         if self._collect:
-            tail = b"".join((self._head or b"", self._carry[self._held :], *self._parts))
+            tail = b"".join((self._head or b"", self._carry[self._held :], self._parts))
             try:
                 if tail and self._is_unframed(tail):
                     self._add_unframed(tail)
@@ -361,7 +370,7 @@ class SSEDecoder:
         self._head = None
         self._carry = b""
         self._held = 0
-        self._parts = []
+        self._parts = bytearray()
         self._tail_len = 0
         self._closed = True
         self._plain = False
@@ -402,7 +411,7 @@ class SSEDecoder:
     def _buffer(self, data: bytes) -> None:
         """Keep a piece of a line whose end has not arrived yet."""
         if self._carry:
-            self._parts.append(data)
+            self._parts += data  # grows in place: a long line is held about once
         else:
             self._carry = data
         self._tail_len += len(data)
@@ -560,7 +569,7 @@ class SSEDecoder:
         elif self._collect:
             self._add_unframed(line)
 
-    def _add_data(self, value: bytes) -> None:
+    def _add_data(self, value: bytes | bytearray) -> None:
         size = self._data_len + len(value) + (1 if self._data else 0)
         if size > self._max_event:
             raise SSEEventTooLarge("max_event_bytes", self._max_event)

@@ -37,7 +37,7 @@ def _limits(data: bytes) -> tuple[Limits, bool]:
 
 def _check_buffers(decoder: SSEDecoder, limits: Limits) -> None:
     # Internal names on purpose: the caps are about what the decoder holds between feeds.
-    held = len(decoder._carry) + sum(map(len, decoder._parts))
+    held = len(decoder._carry) + len(decoder._parts)
     expect(
         held <= 2 * limits.max_line_bytes + 2,
         f"decoder holds {held} bytes of lines (cap {limits.max_line_bytes})",
