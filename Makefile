@@ -6,7 +6,7 @@ TYPECHECK_ROOT := build/typecheck
 .PHONY: install test lint typecheck demo bench bench-report fuzz fuzz-smoke clean
 
 install:
-	$(PYTHON) -m pip install -e '.[dev]'
+	$(PYTHON) -m pip install -e '.[dev,fuzz,bench]'
 
 test:
 	$(PYTEST) -q

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
 
 from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, ToolDeclaration
 from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
+    BatchEvent,
     CallDone,
     CallStarted,
     Completion,
@@ -215,12 +216,47 @@ class GeminiStream:
         self._junk_bytes = 0
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
-        if event.unframed:
-            return self._unframed(event.data)
-        try:
-            chunk = _DECODER.decode(event.data)
-        except msgspec.DecodeError as exc:
-            raise StreamProtocolError(f"gemini: undecodable chunk: {exc}") from None
+        out: list[BatchEvent] = []
+        self.decode_batch([event], out)
+        return cast("list[EngineEvent]", out)  # this adapter never makes runs
+
+    def decode_batch(self, events: list[SSEEvent], out: list[BatchEvent]) -> None:
+        """Translate a chunk's events in order. A Vertex chunk that only continues the
+        streamed call's arguments (nearly every chunk of a long call) is applied right
+        here; every other chunk goes through ``_chunk``, whole or not at all."""
+        decode = _DECODER.decode
+        for event in events:
+            if event.unframed:
+                out += self._unframed(event.data)
+                continue
+            try:
+                chunk = decode(event.data)
+            except msgspec.DecodeError as exc:
+                raise StreamProtocolError(f"gemini: undecodable chunk: {exc}") from None
+            vertex = self._vertex
+            if vertex is not None and self._meta_sent and chunk.error is None:
+                fc = _continuation(chunk)
+                if fc is not None and self._thought_pos < 0 and self._usage_unchanged(chunk):
+                    # What ``_part`` and ``_function_call`` do for this part.
+                    self._part_pos += 1
+                    if fc.partial_args:
+                        vertex.add(fc.partial_args)
+                    continue
+            out += self._chunk(chunk)
+
+    def _usage_unchanged(self, chunk: _Chunk) -> bool:
+        meta = chunk.usage_metadata
+        if meta is None:
+            return True
+        counts = (
+            meta.prompt_token_count,
+            meta.candidates_token_count,
+            meta.thoughts_token_count,
+            meta.cached_content_token_count,
+        )
+        return counts in (self._usage, _NO_USAGE)
+
+    def _chunk(self, chunk: _Chunk) -> list[EngineEvent]:
         if chunk.error is not None:
             return [_provider_error(chunk.error)]
         out: list[EngineEvent] = []
@@ -421,6 +457,33 @@ class GeminiStream:
         if not errors or len(errors) != len(bodies):
             raise StreamProtocolError("gemini: unframed JSON that is not an error body")
         return [_provider_error(e) for e in errors]
+
+
+def _continuation(chunk: _Chunk) -> _FunctionCall | None:
+    """The functionCall of a chunk that does nothing but continue a streamed call: one
+    candidate part, a nameless functionCall that continues, no args, no signature, no
+    finish reason."""
+    candidates = chunk.candidates
+    if not candidates:
+        return None
+    cand = candidates[0]
+    content = cand.content
+    if cand.finish_reason is not None or content is None:
+        return None
+    parts = content.parts
+    if parts is None or len(parts) != 1:
+        return None
+    part = parts[0]
+    fc = part.function_call
+    if (
+        fc is None
+        or fc.name is not None
+        or not fc.will_continue
+        or fc.args
+        or part.thought_signature
+    ):
+        return None
+    return fc
 
 
 def _other_part(part: _Part) -> dict[str, Any] | None:

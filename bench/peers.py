@@ -16,13 +16,33 @@ the same thing before its time counts:
   (the HTTP client both SDKs use), i.e. the SDK's SSE decoder, its event models and its
   accumulator, without building a request. The final message/completion/response is
   read with the SDK's ``get_final_*`` helper.
+- ``pai_openai_chat`` / ``pai_openai_responses`` / ``pai_anthropic(chunks)``: pydantic-ai
+  (``pydantic-ai-slim``, the ``bench`` extra) where it runs offline: its own models
+  (``OpenAIChatModel``, ``OpenAIResponsesModel``, ``AnthropicModel``) through
+  ``Model.request_stream``, their provider's SDK client sending over an
+  ``httpx2.MockTransport`` that answers every request with a 200 ``text/event-stream``
+  response yielding exactly ``chunks``. So it is the whole of pydantic-ai's streamed
+  response handling on those bytes: the SDK's ``AsyncStream`` (SSE decoder, event
+  models), the model's ``StreamedResponse`` mapping, its ``ModelResponsePartsManager``
+  (which buffers the argument fragments per part and joins them when the part is read:
+  no parse per fragment), the final ``ModelResponse`` from ``StreamedResponse.get()`` and
+  ``ToolCallPart.args_as_dict`` (one ``pydantic_core.from_json`` per call). It also
+  includes what driving pydantic-ai offline costs: building and serializing a one-message
+  request through the SDK client's request path (a real caller pays that too), and a
+  fresh ``asyncio.run`` event loop per call, as its streaming is async only (about
+  0.1 ms; a caller already in an event loop would not pay it). One model instance per
+  kind per process. No Gemini peer: pydantic-ai's ``GoogleModel`` imports ``google-genai``
+  when its module loads and reads the stream through that SDK's client, and the ``bench``
+  extra does not install it.
 
 It never measures time and never imports callgate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import asyncio
+import contextvars
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import httpx2
@@ -33,10 +53,14 @@ from httpx_sse._decoders import SSELineDecoder
 
 __all__ = [
     "ACCUMULATE",
+    "PAI_PEERS",
     "SDK_PEERS",
     "Call",
     "floor",
     "httpx_sse",
+    "pai_anthropic",
+    "pai_openai_chat",
+    "pai_openai_responses",
     "sdk_anthropic",
     "sdk_openai_chat",
     "sdk_openai_responses",
@@ -298,4 +322,105 @@ SDK_PEERS: dict[str, Callable[[Iterable[bytes]], list[Call]]] = {
     "openai_chat": sdk_openai_chat,
     "openai_responses": sdk_openai_responses,
     "anthropic": sdk_anthropic,
+}
+
+
+# --- pydantic-ai ----------------------------------------------------------------------------
+
+# The chunks the mock transport answers the current call with (set around each
+# ``asyncio.run``; the event loop's task copies the context, so the handler sees them).
+_pai_chunks: contextvars.ContextVar[list[bytes]] = contextvars.ContextVar("_pai_chunks")
+_pai_models: dict[str, Any] = {}
+_PAI_MODEL_NAMES = {
+    "openai_chat": "gpt-4o-2024-08-06",
+    "openai_responses": "gpt-5-2025-08-07",
+    "anthropic": "claude-sonnet-4-20250514",
+}
+
+
+async def _pai_body(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+def _pai_handler(request: httpx2.Request) -> httpx2.Response:
+    return httpx2.Response(
+        200,
+        headers={"content-type": "text/event-stream"},
+        content=_pai_body(_pai_chunks.get()),
+    )
+
+
+def _pai_model(kind: str) -> Any:
+    """One pydantic-ai model per kind per process, its SDK client on a mock transport."""
+    model = _pai_models.get(kind)
+    if model is None:
+        http_client = httpx2.AsyncClient(transport=httpx2.MockTransport(_pai_handler))
+        name = _PAI_MODEL_NAMES[kind]
+        if kind == "anthropic":
+            from pydantic_ai.models.anthropic import AnthropicModel
+            from pydantic_ai.providers.anthropic import AnthropicProvider
+
+            provider: Any = AnthropicProvider(
+                api_key="sk-offline", base_url="http://pai.invalid", http_client=http_client
+            )
+            model = AnthropicModel(name, provider=provider)
+        else:
+            from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+            from pydantic_ai.providers.openai import OpenAIProvider
+
+            provider = OpenAIProvider(
+                api_key="sk-offline", base_url="http://pai.invalid/v1", http_client=http_client
+            )
+            cls = OpenAIChatModel if kind == "openai_chat" else OpenAIResponsesModel
+            model = cls(name, provider=provider)
+        _pai_models[kind] = model
+    return model
+
+
+async def _pai_stream(model: Any) -> Any:
+    from pydantic_ai.messages import ModelRequest, UserPromptPart
+    from pydantic_ai.models import ModelRequestParameters
+
+    messages = [ModelRequest(parts=[UserPromptPart("offline")])]
+    async with model.request_stream(messages, None, ModelRequestParameters()) as streamed:
+        async for _ in streamed:
+            pass
+        return streamed.get()
+
+
+def _pai_calls(kind: str, chunks: Iterable[bytes]) -> list[Call]:
+    from pydantic_ai.messages import ToolCallPart
+
+    model = _pai_model(kind)
+    token = _pai_chunks.set(list(chunks))
+    try:
+        response = asyncio.run(_pai_stream(model))
+    finally:
+        _pai_chunks.reset(token)
+    if response.state != "complete":
+        raise RuntimeError(f"pydantic-ai left the {kind} response {response.state}")
+    return [
+        (part.tool_call_id, part.tool_name, part.args_as_dict(raise_if_invalid=True))
+        for part in response.parts
+        if isinstance(part, ToolCallPart)
+    ]
+
+
+def pai_openai_chat(chunks: Iterable[bytes]) -> list[Call]:
+    return _pai_calls("openai_chat", chunks)
+
+
+def pai_openai_responses(chunks: Iterable[bytes]) -> list[Call]:
+    return _pai_calls("openai_responses", chunks)
+
+
+def pai_anthropic(chunks: Iterable[bytes]) -> list[Call]:
+    return _pai_calls("anthropic", chunks)
+
+
+PAI_PEERS: dict[str, Callable[[Iterable[bytes]], list[Call]]] = {
+    "openai_chat": pai_openai_chat,
+    "openai_responses": pai_openai_responses,
+    "anthropic": pai_anthropic,
 }

@@ -43,6 +43,9 @@ _COMPACT = 4096
 # twice a whole argument text.
 _SLICE = 1 << 16
 _SURROGATE = "arguments contain a lone surrogate"
+# A done event's literal up to this size is decoded whole (cheaper than slicing).
+_SHORT_LITERAL = 1 << 15
+_STRING = msgspec.json.Decoder(str)
 
 
 def derive_call_id(response_id: str | None, index: int) -> str:
@@ -108,11 +111,25 @@ def _equal(left: Iterable[bytes], right: Iterable[bytes]) -> bool:
     return not have and all(not chunk for chunk in rest)
 
 
-def _drain(chunks: Iterator[bytes] | None) -> None:
+def _drain(chunks: Iterator[bytes]) -> None:
     """Run a done text's chunks to the end (a literal's validity is checked there)."""
-    if chunks is not None:
-        for _ in chunks:
-            pass
+    for _ in chunks:
+        pass
+
+
+def _check(literal: msgspec.Raw | None) -> None:
+    """Read a long literal through, for its errors only."""
+    if literal is not None:
+        _drain(_literal_chunks(literal))
+
+
+def _decode_literal(literal: msgspec.Raw) -> str:
+    try:
+        return _STRING.decode(literal)
+    except msgspec.DecodeError as exc:
+        raise StreamProtocolError(
+            f"arguments in the done event are not a JSON string: {exc}"
+        ) from None
 
 
 class _Call:
@@ -300,52 +317,64 @@ class CallAccumulator:
         call = self._calls.get(index)
         if call is None:
             raise StreamProtocolError(f"done signal for call index {index} that never started")
-        told = (
-            _literal_chunks(literal)
-            if literal is not None
-            else (_text_chunks(arguments) if arguments is not None else None)
-        )
+        if literal is not None and len(literal) <= _SHORT_LITERAL:
+            arguments, literal = _decode_literal(literal), None  # short: as plain text
         if call.done:
             # A repeated done (Responses sends arguments.done and output_item.done) is a
             # no-op when it agrees; a disagreeing one spoils the call.
-            if told is not None:
-                same = call.error is not None or _equal(told, self._held(call, call.pending))
-                _drain(told)  # a literal is checked for what it is either way
-                if not same:
-                    if call.pending:
-                        call.disagree = True  # applied after the parse, whose errors come first
-                    else:
-                        call.error = "done events disagree about the arguments"
-                        call.arguments = None
+            if arguments is None and literal is None:
+                return
+            if call.error is not None:
+                _check(literal)  # a literal is checked for what it is either way
+            elif not self._told_equal(call, call.pending, arguments, literal):
+                if call.pending:
+                    call.disagree = True  # applied after the parse, whose errors come first
+                else:
+                    call.error = "done events disagree about the arguments"
+                    call.arguments = None
             return
         call.done = True
         self._done += 1
         self._open.pop(index, None)  # absent when the call is over its cap
         if call.error is not None:
-            _drain(told)
+            _check(literal)
             return
         streamed = bool(call.blocks or call.parts)
-        if raw is not None or (told is not None and not streamed):
-            whole: str | bytes
-            if raw is not None:
-                whole = raw
-            elif told is not None and literal is not None:
-                whole = b"".join(told)
-            else:
-                whole = arguments or ""
+        if raw is not None or (not streamed and (arguments is not None or literal is not None)):
             if streamed:
                 self._differ(call)
                 return
+            whole: str | bytes
+            if raw is not None:
+                whole = raw
+            elif literal is not None:
+                whole = b"".join(_literal_chunks(literal))
+            else:
+                whole = arguments or ""
             if not self._admit_whole(call, len(whole)):
                 return
             call.whole = whole
-        elif told is not None:
-            same = _equal(told, self._held(call, True))
-            _drain(told)
-            if not same:
-                self._differ(call)
-                return
+        elif (arguments is not None or literal is not None) and not self._told_equal(
+            call, True, arguments, literal
+        ):
+            self._differ(call)
+            return
         call.pending = True
+
+    def _told_equal(
+        self, call: _Call, pending: bool, arguments: str | None, literal: msgspec.Raw | None
+    ) -> bool:
+        """Whether a done event's text (``arguments``, or a long ``literal``) is exactly
+        what the call holds. A literal is read to its end either way (checked)."""
+        if literal is not None:
+            told = _literal_chunks(literal)
+            same = _equal(told, self._held(call, pending))
+            _drain(told)
+            return same
+        text = arguments or ""
+        if pending and not call.blocks and call.whole is None:
+            return "".join(call.parts) == text  # a short call: one small comparison
+        return _equal(_text_chunks(text), self._held(call, pending))
 
     @staticmethod
     def _differ(call: _Call) -> None:
@@ -411,10 +440,10 @@ class CallAccumulator:
         if raw is None:
             call.error = _SURROGATE
             return
-        call.raw = raw
-        if len(raw) > self._max_call:
+        if len(raw) > self._max_call:  # more bytes than code points (counted so far)
             call.error = _cap_error(self._max_call)
-            return
+            return  # over its cap, the call holds nothing, as one spoiled while streaming
+        call.raw = raw
         try:
             call.arguments = parse_arguments(raw, self._limits.max_json_depth)
         except ArgumentsRejected as exc:
