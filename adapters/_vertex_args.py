@@ -144,11 +144,16 @@ def _write(value: Any, out: list[bytes]) -> None:
     as it is written, so it is held about once as text and once as bytes, never as one
     joined copy of either."""
     if type(value) is _Text:
+        # From the end, _COMPACT pieces at a time (each group released once written),
+        # then put back in order: one escape per group, not per 8-byte piece.
         pieces = value.pieces
-        pieces.reverse()
-        out.append(b'"')
+        groups: list[bytes] = []
         while pieces:
-            out.append(_escape(pieces.pop())[1:-1].encode())
+            groups.append(_escape("".join(pieces[-_COMPACT:]))[1:-1].encode())
+            del pieces[-_COMPACT:]
+        groups.reverse()
+        out.append(b'"')
+        out += groups
         out.append(b'"')
     elif type(value) is str:
         out.append(_escape(value).encode())

@@ -145,7 +145,32 @@ class _ErrorBody(msgspec.Struct, gc=False):
     error: _Error | None = None
 
 
+class _LeanPart(msgspec.Struct, rename="camel", gc=False):
+    # Beside a functionCall, the other part fields are not read (see ``_part``).
+    function_call: _FunctionCall | None = None
+    thought_signature: str | None = None
+
+
+class _LeanContent(msgspec.Struct, gc=False):
+    parts: list[_LeanPart] | None = None
+
+
+class _LeanCandidate(msgspec.Struct, rename="camel", gc=False):
+    content: _LeanContent | None = None
+    finish_reason: str | None = None
+
+
+class _LeanChunk(msgspec.Struct, rename="camel", gc=False):
+    """A chunk read for what decides whether it only continues a Vertex streamed call
+    (``_continuation``); any other chunk is decoded again, whole."""
+
+    candidates: list[_LeanCandidate] | None = None
+    usage_metadata: _UsageMeta | None = None
+    error: msgspec.Raw = msgspec.Raw()  # present or not, that is all that is read
+
+
 _DECODER: Final = msgspec.json.Decoder(_Chunk)
+_LEAN_DECODER: Final = msgspec.json.Decoder(_LeanChunk)
 # The unframed body is an object, or (the non-SSE array format) a list of them.
 _ERROR_DECODER: Final = msgspec.json.Decoder(_ErrorBody | list[_ErrorBody])
 _JSON_DECODER: Final = msgspec.json.Decoder()
@@ -224,37 +249,28 @@ class GeminiStream:
         """Translate a chunk's events in order. A Vertex chunk that only continues the
         streamed call's arguments (nearly every chunk of a long call) is applied right
         here; every other chunk goes through ``_chunk``, whole or not at all."""
-        decode = _DECODER.decode
+        decode, lean = _DECODER.decode, _LEAN_DECODER.decode
         for event in events:
             if event.unframed:
                 out += self._unframed(event.data)
                 continue
-            try:
-                chunk = decode(event.data)
-            except msgspec.DecodeError as exc:
-                raise StreamProtocolError(f"gemini: undecodable chunk: {exc}") from None
             vertex = self._vertex
-            if vertex is not None and self._meta_sent and chunk.error is None:
-                fc = _continuation(chunk)
-                if fc is not None and self._thought_pos < 0 and self._usage_unchanged(chunk):
+            if vertex is not None and self._thought_pos < 0 and self._meta_sent:
+                try:
+                    fc = _continuation(lean(event.data), self._usage)
+                except msgspec.DecodeError:
+                    fc = None  # the whole decode below names the problem
+                if fc is not None:
                     # What ``_part`` and ``_function_call`` do for this part.
                     self._part_pos += 1
                     if fc.partial_args:
                         vertex.add(fc.partial_args)
                     continue
+            try:
+                chunk = decode(event.data)
+            except msgspec.DecodeError as exc:
+                raise StreamProtocolError(f"gemini: undecodable chunk: {exc}") from None
             out += self._chunk(chunk)
-
-    def _usage_unchanged(self, chunk: _Chunk) -> bool:
-        meta = chunk.usage_metadata
-        if meta is None:
-            return True
-        counts = (
-            meta.prompt_token_count,
-            meta.candidates_token_count,
-            meta.thoughts_token_count,
-            meta.cached_content_token_count,
-        )
-        return counts in (self._usage, _NO_USAGE)
 
     def _chunk(self, chunk: _Chunk) -> list[EngineEvent]:
         if chunk.error is not None:
@@ -459,12 +475,12 @@ class GeminiStream:
         return [_provider_error(e) for e in errors]
 
 
-def _continuation(chunk: _Chunk) -> _FunctionCall | None:
-    """The functionCall of a chunk that does nothing but continue a streamed call: one
-    candidate part, a nameless functionCall that continues, no args, no signature, no
-    finish reason."""
+def _continuation(chunk: _LeanChunk, usage: tuple[int | None, ...]) -> _FunctionCall | None:
+    """The functionCall of a chunk that does nothing but continue a streamed call: no
+    error, one candidate part, a nameless functionCall that continues, no args, no
+    signature, no finish reason, no usage change (``usage`` is the last reported)."""
     candidates = chunk.candidates
-    if not candidates:
+    if not candidates or chunk.error:
         return None
     cand = candidates[0]
     content = cand.content
@@ -483,6 +499,16 @@ def _continuation(chunk: _Chunk) -> _FunctionCall | None:
         or part.thought_signature
     ):
         return None
+    meta = chunk.usage_metadata
+    if meta is not None:
+        counts = (
+            meta.prompt_token_count,
+            meta.candidates_token_count,
+            meta.thoughts_token_count,
+            meta.cached_content_token_count,
+        )
+        if counts not in (usage, _NO_USAGE):
+            return None
     return fc
 
 
