@@ -3,7 +3,7 @@ PYTEST ?= $(PYTHON) -m pytest
 FUZZ_SECONDS ?= 600
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: install test lint typecheck demo bench bench-report fuzz fuzz-smoke clean
+.PHONY: install test lint typecheck demo bench bench-huge bench-report fuzz fuzz-smoke clean
 
 install:
 	$(PYTHON) -m pip install -e '.[dev,fuzz,bench]'
@@ -29,8 +29,15 @@ demo:
 bench:
 	$(PYTEST) bench -q --benchmark-only --benchmark-columns=median,ops --benchmark-sort=name -p no:randomly
 
+# The 100 MB stream and the 10 MiB memory case of every kind (minutes); bench-report folds
+# its JSON into the report when it exists.
+bench-huge:
+	@mkdir -p build
+	CALLGATE_BENCH_HUGE=1 $(PYTEST) bench/test_bench_scaling.py -q --benchmark-only -p no:randomly \
+		-k "stream_size or peak_memory" --benchmark-json=build/bench-huge.json
+
 bench-report:
-	$(PYTHON) bench/report.py
+	$(PYTHON) bench/report.py --also build/bench-huge.json
 
 fuzz:
 	$(PYTHON) fuzz/run.py --seconds $(FUZZ_SECONDS)

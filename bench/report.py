@@ -313,6 +313,52 @@ def scaling_section(benches: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+STAGE_ORDER = ("setup", "sse", "adapter", "assembler", "outcome")
+
+
+def stages_section(benches: list[dict[str, Any]]) -> list[str]:
+    """Where one decode's time goes (``bench/test_bench_stages.py``), per kind and size."""
+    rows: dict[tuple[str, str], dict[str, float]] = {}
+    for b in benches:
+        if not b.get("group", "").startswith("stages "):
+            continue
+        info = b["extra_info"]
+        rows.setdefault((info["kind"], info["size"]), {})[info["impl"]] = median(b)
+    if not rows:
+        return []
+    out = [
+        "## Where the time goes",
+        "",
+        "Each stage of `decode()` timed alone on the same bytes, fed what the stage",
+        "before it produced (`bench/test_bench_stages.py`); `outcome` is net of assembling.",
+        "The stages add up to about the total. Small streams are dominated by fixed costs",
+        "per stream (setup, classification, the outcome values) and per event (an SSE",
+        "event object, one msgspec decode, one Python dispatch), which the floor does not",
+        "pay: it splits once, `orjson.loads` each event and reads two or three keys.",
+        "",
+    ]
+    body = []
+    for kind in KIND_ORDER:
+        for size in ("S", "M"):
+            got = rows.get((kind, size))
+            if not got or "total" not in got:
+                continue
+            net = dict(got)
+            if "outcome" in net and "assembler" in net:
+                net["outcome"] = max(0.0, net["outcome"] - net["assembler"])
+            cells = [kind, size]
+            for stage in STAGE_ORDER:
+                value = net.get(stage)
+                cells.append("-" if value is None else fmt_time(value))
+            cells.append(fmt_time(got["total"]))
+            floor = got.get("floor")
+            cells.append("-" if floor is None else fmt_time(floor))
+            cells.append("-" if floor is None else f"{floor / got['total']:.2f}x")
+            body.append(cells)
+    header = ["kind", "size", *STAGE_ORDER, "total", "floor", "floor / total"]
+    return [*out, *table(header, body), ""]
+
+
 def full_tables(benches: list[dict[str, Any]]) -> list[str]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for b in benches:
@@ -384,19 +430,40 @@ def render(data: dict[str, Any], command: str) -> str:
         "",
         *decode_section(benches),
         *scaling_section(benches),
+        *stages_section(benches),
         *full_tables(benches),
     ]
     return "\n".join(lines).rstrip() + "\n"
 
 
+def merged(paths: list[Path]) -> dict[str, Any]:
+    """Several benchmark JSONs as one: later files replace rows of the same name (a
+    ``CALLGATE_BENCH_HUGE=1`` scaling run folded into the default run)."""
+    data: dict[str, Any] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        part = json.loads(path.read_text())
+        data = {**data, **{k: v for k, v in part.items() if k != "benchmarks"}}
+        for bench in part.get("benchmarks", []):
+            rows[bench["fullname"]] = bench
+    data["benchmarks"] = list(rows.values())
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--from-json", type=Path, help="render an existing benchmark JSON")
+    parser.add_argument(
+        "--from-json", type=Path, nargs="+", help="render existing benchmark JSON(s)"
+    )
+    parser.add_argument(
+        "--also", type=Path, nargs="*", default=[], help="JSON(s) folded into this run"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
     if args.from_json is not None:
-        json_path, command = args.from_json, f"from {args.from_json.name}"
+        paths = list(args.from_json)
+        command = "from " + ", ".join(p.name for p in paths)
         code = 0
     else:
         tmp = Path(tempfile.mkdtemp(prefix="callgate-bench-"))
@@ -406,8 +473,11 @@ def main(argv: list[str] | None = None) -> int:
         if not json_path.exists():
             print("benchmark run produced no JSON", file=sys.stderr)
             return code or 1
-    data = json.loads(json_path.read_text())
-    args.out.write_text(render(data, command))
+        paths = [json_path]
+    extra = [p for p in args.also if p.exists()]
+    if extra:
+        command += " + " + ", ".join(p.name for p in extra)
+    args.out.write_text(render(merged(paths + extra), command))
     print(f"wrote {args.out}")
     return code
 

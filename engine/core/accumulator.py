@@ -80,15 +80,21 @@ def _text_chunks(text: str) -> Iterator[bytes]:
         yield text[start : start + _SLICE].encode("utf-8", "surrogatepass")
 
 
-def _literal_chunks(literal: msgspec.Raw) -> Iterator[bytes]:
-    """The UTF-8 bytes of a JSON string literal's text, a slice at a time."""
+def _literal_texts(literal: msgspec.Raw) -> Iterator[str]:
+    """A done event's JSON string literal as text slices; an invalid one is a protocol
+    error (the event was not valid JSON)."""
     try:
-        for text in string_slices(literal):
-            yield text.encode("utf-8", "surrogatepass")
+        yield from string_slices(literal)
     except msgspec.DecodeError as exc:
         raise StreamProtocolError(
             f"arguments in the done event are not a JSON string: {exc}"
         ) from None
+
+
+def _literal_chunks(literal: msgspec.Raw) -> Iterator[bytes]:
+    """The UTF-8 bytes of a JSON string literal's text, a slice at a time."""
+    for text in _literal_texts(literal):
+        yield text.encode("utf-8", "surrogatepass")
 
 
 def _equal(left: Iterable[bytes], right: Iterable[bytes]) -> bool:
@@ -322,11 +328,15 @@ class CallAccumulator:
         if call.done:
             # A repeated done (Responses sends arguments.done and output_item.done) is a
             # no-op when it agrees; a disagreeing one spoils the call.
-            if arguments is None and literal is None:
+            if arguments is None and literal is None and raw is None:
                 return
             if call.error is not None:
                 _check(literal)  # a literal is checked for what it is either way
-            elif not self._told_equal(call, call.pending, arguments, literal):
+            elif not (
+                self._told_equal(call, call.pending, arguments, literal)
+                if raw is None
+                else _equal((raw,), self._held(call, call.pending))
+            ):
                 if call.pending:
                     call.disagree = True  # applied after the parse, whose errors come first
                 else:
@@ -344,14 +354,22 @@ class CallAccumulator:
             if streamed:
                 self._differ(call)
                 return
+            # Counted in code points, as fragments and texts are (the bytes are checked
+            # against the per-call cap once joined); bytes sent whole count as bytes.
             whole: str | bytes
             if raw is not None:
-                whole = raw
+                whole, size = raw, len(raw)
             elif literal is not None:
-                whole = b"".join(_literal_chunks(literal))
+                size, chunks = 0, []
+                for text in _literal_texts(literal):
+                    size += len(text)
+                    chunks.append(text.encode("utf-8", "surrogatepass"))
+                whole = b"".join(chunks)
+                del chunks
             else:
                 whole = arguments or ""
-            if not self._admit_whole(call, len(whole)):
+                size = len(whole)
+            if not self._admit_whole(call, size):
                 return
             call.whole = whole
         elif (arguments is not None or literal is not None) and not self._told_equal(

@@ -45,7 +45,14 @@ PROVIDERS: tuple[str, ...] = (
 
 
 class AdapterStream(Protocol):
-    """Per-response decoding state of one adapter (one instance per HTTP response)."""
+    """Per-response decoding state of one adapter (one instance per HTTP response).
+
+    A stream may also offer ``decode_batch(events, out)``: translate a chunk's SSE
+    events in order into ``out`` (engine events, or ``ArgumentsRun`` for consecutive
+    argument fragments), each event whole or not at all, leaving the events before an
+    error in ``out`` when it raises. ``StreamDecoder`` uses it when present (one call per
+    chunk instead of per event); ``decode`` must then mean ``decode_batch`` of one
+    event. A stream without it is driven event by event."""
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
         """Translate one SSE event. Raises ``StreamProtocolError`` on events the

@@ -140,7 +140,8 @@ class SSEDecoder:
         self._closed = False
         # Bytes carried to the next chunk: ``_held`` bytes of complete lines not yet
         # applied (see ``_blocks``), then the first piece of the unterminated line;
-        # its later pieces grow ``_parts`` (never rescanned per chunk). The
+        # once it spans more chunks the whole line grows ``_parts`` instead (never
+        # rescanned per chunk). The
         # unterminated line is ``_tail_len`` bytes long.
         self._carry = b""
         self._held = 0
@@ -268,18 +269,15 @@ class SSEDecoder:
         nl = data.find(b"\n")
         if self._tail_len + nl > self._max_line:
             raise SSELineTooLong("max_line_bytes", self._max_line)
+        # ``_parts`` holds the whole line so far (``_buffer`` moved its first piece there);
+        # the carry holds at most complete lines not yet applied.
         held, line = self._held, self._parts
-        # The line's first piece is the carry after the held lines (empty when the
-        # carry holds only those); the rest is in ``_parts``.
-        head = self._carry[held:]
         if held:
             self._lines(self._carry[:held])  # a lone `event:` line, already validated
         self._carry = b""
         self._held = 0
         self._parts = bytearray()
         self._tail_len = 0
-        if head:
-            line[0:0] = head
         line += memoryview(data)[:nl]
         if line.startswith(b"data: "):
             del line[:6]  # O(1) at the front of a bytearray
@@ -410,7 +408,12 @@ class SSEDecoder:
 
     def _buffer(self, data: bytes) -> None:
         """Keep a piece of a line whose end has not arrived yet."""
-        if self._carry:
+        if self._parts or self._carry:
+            if not self._parts and len(self._carry) > self._held:
+                # The line spans a third chunk: its first piece moves from the carry
+                # into the buffer, which from now on holds the whole line.
+                self._parts += memoryview(self._carry)[self._held :]
+                self._carry = self._carry[: self._held]
             self._parts += data  # grows in place: a long line is held about once
         else:
             self._carry = data
