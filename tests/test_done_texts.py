@@ -14,7 +14,7 @@ import pytest
 
 from callgate.engine.core.accumulator import CallAccumulator
 from callgate.engine.core.decode import TurnAssembler
-from callgate.engine.core.errors import StreamProtocolError
+from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
     ArgumentsDelta,
     CallDone,
@@ -514,3 +514,25 @@ def test_a_repeated_whole_bytes_done_that_differs_rejects_the_call() -> None:
     acc.done(0, None, b'{"a":2}')
     (call,) = acc.complete(None)
     assert call.arguments is None and call.error == "done events disagree about the arguments"
+
+
+@pytest.mark.parametrize("form", ["text", "literal", "raw"])
+def test_whole_arguments_over_the_response_cap_leave_the_call_open(form: str) -> None:
+    """Arguments that arrive whole and push the response over its cap fail the turn
+    with the call still open: it is never listed as a complete call (fuzz finding)."""
+    turn = TurnAssembler(Limits(max_response_argument_bytes=10))
+    turn.apply(CallStarted(0, "f", "c0"))
+    turn.apply(CallDone(0, raw=b'{"a":1}'))
+    turn.apply(CallStarted(1, "f", "c1"))
+    text = '{"b":22}'
+    done = {
+        "text": CallDone(1, text),
+        "literal": CallDone(1, literal=msgspec.Raw(msgspec.json.encode(text))),
+        "raw": CallDone(1, raw=text.encode()),
+    }[form]
+    with pytest.raises(LimitExceeded):
+        turn.apply(done)
+    turn.fail("limit exceeded")
+    outcome = turn.outcome()
+    assert [c.index for c in outcome.calls] == [0]
+    assert [c.index for c in outcome.incomplete_calls] == [1]

@@ -343,35 +343,42 @@ class CallAccumulator:
                     call.error = "done events disagree about the arguments"
                     call.arguments = None
             return
+        streamed = bool(call.blocks or call.parts)
+        whole: str | bytes | None = None
+        size = 0
+        if call.error is None and not streamed:
+            # Arguments that arrive whole count in code points, as fragments and texts do
+            # (the bytes meet the per-call cap once joined); bytes sent whole count as
+            # bytes. Over the response's cap the turn fails with this call still open:
+            # it never becomes a complete call.
+            if raw is not None:
+                whole, size = raw, len(raw)
+            elif literal is not None:
+                chunks = []
+                for text in _literal_texts(literal):
+                    size += len(text)
+                    chunks.append(text.encode("utf-8", "surrogatepass"))
+                whole = b"".join(chunks)
+                del chunks
+            elif arguments is not None:
+                whole, size = arguments, len(arguments)
+            if self._total + size > self._max_total:
+                raise LimitExceeded("max_response_argument_bytes", self._max_total)
         call.done = True
         self._done += 1
         self._open.pop(index, None)  # absent when the call is over its cap
         if call.error is not None:
             _check(literal)
             return
-        streamed = bool(call.blocks or call.parts)
-        if raw is not None or (not streamed and (arguments is not None or literal is not None)):
-            if streamed:
-                self._differ(call)
-                return
-            # Counted in code points, as fragments and texts are (the bytes are checked
-            # against the per-call cap once joined); bytes sent whole count as bytes.
-            whole: str | bytes
-            if raw is not None:
-                whole, size = raw, len(raw)
-            elif literal is not None:
-                size, chunks = 0, []
-                for text in _literal_texts(literal):
-                    size += len(text)
-                    chunks.append(text.encode("utf-8", "surrogatepass"))
-                whole = b"".join(chunks)
-                del chunks
-            else:
-                whole = arguments or ""
-                size = len(whole)
-            if not self._admit_whole(call, size):
+        if whole is not None:
+            self._total += size
+            if size > self._max_call:
+                call.error = _cap_error(self._max_call)
                 return
             call.whole = whole
+        elif raw is not None:  # whole bytes after fragments
+            self._differ(call)
+            return
         elif (arguments is not None or literal is not None) and not self._told_equal(
             call, True, arguments, literal
         ):
@@ -417,16 +424,6 @@ class CallAccumulator:
             yield block if type(block) is bytes else block.encode("utf-8", "surrogatepass")  # type: ignore[union-attr]
         for part in call.parts:
             yield part.encode("utf-8", "surrogatepass")
-
-    def _admit_whole(self, call: _Call, n: int) -> bool:
-        """Count arguments that arrived whole in a done event; False spoils the call."""
-        self._total += n
-        if self._total > self._max_total:
-            raise LimitExceeded("max_response_argument_bytes", self._max_total)
-        if n > self._max_call:
-            call.error = _cap_error(self._max_call)
-            return False
-        return True
 
     def _join(self, call: _Call) -> bytes | None:
         """A pending call's exact bytes (its buffers released), or None when it holds a
