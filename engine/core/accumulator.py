@@ -376,13 +376,11 @@ class CallAccumulator:
                 call.error = _cap_error(self._max_call)
                 return
             call.whole = whole
-        elif raw is not None:  # whole bytes after fragments
-            self._differ(call)
-            return
-        elif (arguments is not None or literal is not None) and not self._told_equal(
-            call, True, arguments, literal
+        elif raw is not None or (
+            (arguments is not None or literal is not None)
+            and not self._told_equal(call, True, arguments, literal)
         ):
-            self._differ(call)
+            self._differ(call)  # whole bytes after fragments, or a text that disagrees
             return
         call.pending = True
 
