@@ -48,6 +48,8 @@ def _utf8_len(text: str) -> int:
 # A string leaf joins its newest pieces into one every this many pieces, so a long
 # streamed string holds about its own size rather than one object per small piece.
 _COMPACT = 512
+# A long string leaf is escaped and encoded this many characters at a time.
+_GROUP = 1 << 16
 
 
 class _Leaf:
@@ -123,7 +125,7 @@ class StreamedArguments:
             leaf.pieces = None
             _assign(root, segments, value, path)
         self._leaves = {}
-        out: list[bytes] = []
+        out: list[bytes | memoryview] = []
         _write(root, out)
         return b"".join(out)
 
@@ -137,20 +139,26 @@ class _Text:
         self.pieces = pieces
 
 
-def _write(value: Any, out: list[bytes]) -> None:
+def _write(value: Any, out: list[bytes | memoryview]) -> None:
     """Append the JSON text of ``value`` to ``out``: strings escaped by the stdlib's C
     escaper (the same output as msgspec's for every code point), other scalars by
-    msgspec. A long streamed string is written a piece at a time, each piece released
-    as it is written, so it is held about once as text and once as bytes, never as one
-    joined copy of either."""
+    msgspec. A long streamed string is written in groups of about ``_GROUP`` characters,
+    each group's pieces released as it is written, so it is held about once as text and
+    once as bytes, never as one joined copy of either."""
     if type(value) is _Text:
-        # From the end, _COMPACT pieces at a time (each group released once written),
-        # then put back in order: one escape per group, not per 8-byte piece.
+        # From the end, a group at a time, then put back in order: one escape per group,
+        # not per 8-byte piece (the quotes the escaper adds are sliced off, not copied).
         pieces = value.pieces
-        groups: list[bytes] = []
+        groups: list[memoryview] = []
         while pieces:
-            groups.append(_escape("".join(pieces[-_COMPACT:]))[1:-1].encode())
-            del pieces[-_COMPACT:]
+            take = size = 0
+            while take < len(pieces) and size < _GROUP:
+                take += 1
+                size += len(pieces[-take])
+            text = "".join(pieces[-take:])
+            del pieces[-take:]
+            groups.append(memoryview(_escape(text).encode())[1:-1])
+            del text
         groups.reverse()
         out.append(b'"')
         out += groups

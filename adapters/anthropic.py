@@ -268,6 +268,9 @@ class AnthropicStream:
                 except Exception:
                     del out[mark:]  # an event is translated whole or not at all
                     raise
+        except RecursionError:
+            # msgspec's own guard against nesting (even in a field no view reads).
+            raise StreamProtocolError("anthropic: an event nests too deeply to decode") from None
         finally:
             append_fragments(out, indexes, pieces)
 

@@ -250,27 +250,31 @@ class GeminiStream:
         streamed call's arguments (nearly every chunk of a long call) is applied right
         here; every other chunk goes through ``_chunk``, whole or not at all."""
         decode, lean = _DECODER.decode, _LEAN_DECODER.decode
-        for event in events:
-            if event.unframed:
-                out += self._unframed(event.data)
-                continue
-            vertex = self._vertex
-            if vertex is not None and self._thought_pos < 0 and self._meta_sent:
-                try:
-                    fc = _continuation(lean(event.data), self._usage)
-                except msgspec.DecodeError:
-                    fc = None  # the whole decode below names the problem
-                if fc is not None:
-                    # What ``_part`` and ``_function_call`` do for this part.
-                    self._part_pos += 1
-                    if fc.partial_args:
-                        vertex.add(fc.partial_args)
+        try:
+            for event in events:
+                if event.unframed:
+                    out += self._unframed(event.data)
                     continue
-            try:
-                chunk = decode(event.data)
-            except msgspec.DecodeError as exc:
-                raise StreamProtocolError(f"gemini: undecodable chunk: {exc}") from None
-            out += self._chunk(chunk)
+                vertex = self._vertex
+                if vertex is not None and self._thought_pos < 0 and self._meta_sent:
+                    try:
+                        fc = _continuation(lean(event.data), self._usage)
+                    except msgspec.DecodeError:
+                        fc = None  # the whole decode below names the problem
+                    if fc is not None:
+                        # What ``_part`` and ``_function_call`` do for this part.
+                        self._part_pos += 1
+                        if fc.partial_args:
+                            vertex.add(fc.partial_args)
+                        continue
+                try:
+                    chunk = decode(event.data)
+                except msgspec.DecodeError as exc:
+                    raise StreamProtocolError(f"gemini: undecodable chunk: {exc}") from None
+                out += self._chunk(chunk)
+        except RecursionError:
+            # msgspec's own guard against nesting (even in a field no view reads).
+            raise StreamProtocolError("gemini: an event nests too deeply to decode") from None
 
     def _chunk(self, chunk: _Chunk) -> list[EngineEvent]:
         if chunk.error is not None:

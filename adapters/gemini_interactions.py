@@ -203,7 +203,9 @@ class GeminiInteractionsStream:
         pieces: list[str] = []
         try:
             for event in events:
-                if event.event in _DELTA_NAMES and not self._done:
+                # Only while a call is open can a delta be a fragment: text deltas are
+                # decoded once, whole.
+                if calls and event.event in _DELTA_NAMES and not self._done:
                     try:
                         lean = hot(event.data)
                     except msgspec.DecodeError:
@@ -224,6 +226,9 @@ class GeminiInteractionsStream:
                 append_fragments(out, indexes, pieces)
                 indexes, pieces = [], []
                 self._event(event, out)
+        except RecursionError:
+            # msgspec's own guard against nesting (even in a field no view reads).
+            raise StreamProtocolError("interactions: an event nests too deeply to decode") from None
         finally:
             append_fragments(out, indexes, pieces)
 

@@ -230,6 +230,9 @@ class OpenAIChatStream:
                 except Exception:
                     del out[mark:]
                     raise
+        except RecursionError:
+            # msgspec's own guard against nesting (even in a field no view reads).
+            raise StreamProtocolError("openai_chat: an event nests too deeply to decode") from None
         finally:
             append_fragments(out, indexes, pieces)
 

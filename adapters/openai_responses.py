@@ -9,9 +9,13 @@ means beyond its terminal-reason table.
 Decoding dispatches on the SSE ``event:`` name (always equal to ``data.type``), so each
 event is decoded once, into a small view of just the fields read; unknown event types
 are skipped without decoding. Every ``output_item.done`` item is kept verbatim as a
-continuation item: the stateless next request echoes them all, in output order, and
-the reasoning item's ``encrypted_content`` is only final there (the value at
-``output_item.added`` may be incomplete).
+continuation item (the stateless next request echoes them all, in output order, and
+the reasoning item's ``encrypted_content`` is only final there: the value at
+``output_item.added`` may be incomplete), with one exception: a completed
+``function_call`` item is kept without its ``arguments``, which repeat the streamed text
+the call already holds as its raw bytes; ``assistant_echo`` puts them back from there.
+The done events' repeated argument texts stay raw JSON literals (``CallDone.literal``),
+compared with the fragments a slice at a time, so a long call is never held twice.
 """
 
 from __future__ import annotations
@@ -110,8 +114,8 @@ class _ItemAddedEvent(msgspec.Struct, frozen=True, gc=False):
 
 class _ItemDoneEvent(msgspec.Struct, frozen=True, gc=False):
     output_index: int
-    # Kept verbatim for the stateless echo, so decoded member by member (a function
-    # call's ``arguments`` stays a raw literal: it repeats the streamed text).
+    # Kept for the stateless echo, so decoded member by member (a function call's
+    # ``arguments`` stays a raw literal: it repeats the streamed text).
     item: dict[str, msgspec.Raw]
 
 
@@ -227,6 +231,11 @@ class OpenAIResponsesStream:
                     append_fragments(out, indexes, pieces)
                     indexes, pieces = [], []
                 out += self._event(event)
+        except RecursionError:
+            # msgspec's own guard against nesting (even in a field no view reads).
+            raise StreamProtocolError(
+                "openai_responses: an event nests too deeply to decode"
+            ) from None
         finally:
             append_fragments(out, indexes, pieces)
 
@@ -318,6 +327,7 @@ class OpenAIResponsesStream:
     def _on_item_done(self, data: bytes | bytearray) -> list[EngineEvent]:
         ev = _ITEM_DONE.decode(data)
         members = ev.item
+        order = list(members)
         index = ev.output_index
         arguments = members.pop("arguments", None)
         item = {key: _JSON.decode(value) for key, value in members.items()}
@@ -335,14 +345,14 @@ class OpenAIResponsesStream:
                 if literal is None:
                     if arguments is not None:
                         item["arguments"] = None
+                        item = {key: item[key] for key in order}
                     return [CallDone(index), ContinuationItem(kind, index, item)]
                 # The kept item leaves out the arguments: they are the call's own bytes,
                 # which the echo puts back (one copy of a long text, not two).
                 return [CallDone(index, literal=literal), ContinuationItem(kind, index, item)]
         if arguments is not None:
             item["arguments"] = _JSON.decode(arguments)
-            # Keep the member order of the item as received.
-            item = {key: item[key] for key in ev.item} | item
+            item = {key: item[key] for key in order}  # the members in their wire order
         return [ContinuationItem(kind, index, item)]
 
     def _on_text_delta(self, data: bytes | bytearray) -> list[EngineEvent]:

@@ -712,3 +712,15 @@ def test_full_followup_input_round_trips_as_json() -> None:
     calls = [i for i in wire["input"] if i.get("type") == "function_call"]
     outputs = [i for i in wire["input"] if i.get("type") == "function_call_output"]
     assert [c["call_id"] for c in calls] == [o["call_id"] for o in outputs]
+
+
+def test_a_kept_item_keeps_its_members_in_wire_order() -> None:
+    """Items other than a completed function call are kept whole, member order included
+    (an ``arguments`` member among them stays where it came)."""
+    item = {"type": "custom_tool_call", "arguments": {"q": 1}, "name": "t", "id": "ct_1"}
+    events = send(item_done(0, item))
+    (kept,) = of(events, ContinuationItem)
+    assert list(kept.item) == ["type", "arguments", "name", "id"] and kept.item == item
+    cut = FC | {"arguments": None, "status": "completed"}
+    (kept,) = of(send(added(0, FC), item_done(0, cut)), ContinuationItem)
+    assert list(kept.item) == list(cut) and kept.item == cut

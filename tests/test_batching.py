@@ -419,3 +419,21 @@ def test_feed_in_any_chunking_gives_each_calls_text_and_never_a_run(
                 e.fragment for e in events if type(e) is ArgumentsDelta and e.index == call.index
             )
             assert joined == text == call.raw_arguments.decode(), mode
+
+
+def test_the_assembler_applies_a_run_given_to_it_directly() -> None:
+    """``TurnAssembler.apply`` takes an ``ArgumentsRun`` too (its public face), with the
+    effect of the fragments one by one."""
+    from callgate.engine.core.decode import TurnAssembler
+    from callgate.engine.core.events import ArgumentsRun, CallDone, CallStarted, Completion
+    from callgate.engine.core.outcome import OutcomeKind
+
+    turn = TurnAssembler()
+    turn.apply(CallStarted(0, "f", "c0"))
+    turn.apply(CallStarted(1, "g", "c1"))
+    turn.apply(ArgumentsRun([0, 1, 0, 1], ['{"a"', '{"b"', ":1}", ":2}"]))
+    turn.apply(CallDone(0))
+    turn.apply(CallDone(1))
+    turn.apply(Completion(OutcomeKind.TOOL_PROPOSALS, "tool_calls"))
+    outcome = turn.outcome()
+    assert [c.arguments for c in outcome.calls] == [{"a": 1}, {"b": 2}]

@@ -93,3 +93,51 @@ def test_invalid_utf8_inside_arguments_never_yields_a_call() -> None:
     out = decode("openai_chat", [body])
     assert out.kind is OutcomeKind.FAILED
     assert out.calls == ()
+
+
+# An event whose JSON nests 1,000 deep, in a field no adapter view reads: msgspec's own
+# nesting guard fires while skipping it (a RecursionError, not a DecodeError).
+_DEEP = b"[" * 1000 + b"]" * 1000
+_DEEP_EVENTS = {
+    "openai_chat": b'data: {"x":' + _DEEP + b"}\n\n",
+    "openai_responses": b'event: response.created\ndata: {"type":"response.created","x":'
+    + _DEEP
+    + b"}\n\n",
+    "anthropic": b'event: ping\ndata: {"type":"ping","x":' + _DEEP + b"}\n\n",
+    "gemini": b'data: {"candidates":[],"x":' + _DEEP + b"}\r\n\r\n",
+    "gemini_interactions": b'event: step.delta\ndata: {"index":0,"x":'
+    + _DEEP
+    + b',"event_type":"step.delta"}\n\n',
+}
+
+
+@pytest.mark.parametrize("provider", sorted(_DEEP_EVENTS))
+def test_an_event_nested_past_the_json_decoders_guard_fails_the_turn(provider: str) -> None:
+    out = decode(provider, [_DEEP_EVENTS[provider]])
+    assert out.kind is OutcomeKind.FAILED
+    assert "nests too deeply" in out.stop_reason
+    assert out.calls == ()
+
+
+@pytest.mark.parametrize("provider", sorted(_DEEP_EVENTS))
+def test_an_adapter_reports_a_too_deep_event_as_a_protocol_error(provider: str) -> None:
+    from callgate.engine.core.adapter import load_adapter
+    from callgate.engine.core.errors import StreamProtocolError
+    from callgate.engine.core.sse import SSEDecoder
+
+    adapter = load_adapter(provider)
+    (event,) = SSEDecoder(collect_unframed=adapter.sse_unframed).feed(_DEEP_EVENTS[provider])
+    with pytest.raises(StreamProtocolError, match="nests too deeply"):
+        adapter.new_stream(Limits()).decode(event)
+
+
+def test_long_arguments_nested_past_the_cap_are_rejected_at_once() -> None:
+    """A long string under many levels of arrays is not scanned once per level: the
+    piecewise parse gives way to one decode, which rejects the depth."""
+    from callgate.engine.core.arguments import ArgumentsRejected, parse_arguments
+
+    raw = b'{"a":' + b"[" * 300 + b'"' + b"x" * (1 << 20) + b'"' + b"]" * 300 + b"}"
+    with pytest.raises(ArgumentsRejected, match="deeper than 64"):
+        parse_arguments(raw, 64)
+    shallow = b'{"a":' + b"[" * 3 + b'"' + b"x" * (1 << 20) + b'"' + b"]" * 3 + b"}"
+    assert parse_arguments(shallow, 64) == {"a": [[["x" * (1 << 20)]]]}

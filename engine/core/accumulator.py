@@ -45,7 +45,6 @@ _SLICE = 1 << 16
 _SURROGATE = "arguments contain a lone surrogate"
 # A done event's literal up to this size is decoded whole (cheaper than slicing).
 _SHORT_LITERAL = 1 << 15
-_STRING = msgspec.json.Decoder(str)
 
 
 def derive_call_id(response_id: str | None, index: int) -> str:
@@ -58,7 +57,7 @@ def _cap_error(limit: int) -> str:
     return f"arguments exceed max_call_argument_bytes ({limit})"
 
 
-def _encode(text: str, blocks: list[bytes | str], chars: list[int]) -> None:
+def _encode(text: str, blocks: list[bytes | str]) -> None:
     """Append ``text`` to ``blocks`` as UTF-8 (in ``_SLICE`` pieces when long). Text that
     cannot be encoded (a lone surrogate) is kept as ``str``: the call is rejected when
     it is read, exactly as if it had been encoded then."""
@@ -71,7 +70,6 @@ def _encode(text: str, blocks: list[bytes | str], chars: list[int]) -> None:
             blocks.append(piece.encode())
         except UnicodeEncodeError:
             blocks.append(piece)
-        chars.append(len(piece))
 
 
 def _text_chunks(text: str) -> Iterator[bytes]:
@@ -126,16 +124,12 @@ def _drain(chunks: Iterator[bytes]) -> None:
 def _check(literal: msgspec.Raw | None) -> None:
     """Read a long literal through, for its errors only."""
     if literal is not None:
-        _drain(_literal_chunks(literal))
+        for _ in _literal_texts(literal):
+            pass
 
 
 def _decode_literal(literal: msgspec.Raw) -> str:
-    try:
-        return _STRING.decode(literal)
-    except msgspec.DecodeError as exc:
-        raise StreamProtocolError(
-            f"arguments in the done event are not a JSON string: {exc}"
-        ) from None
+    return "".join(_literal_texts(literal))
 
 
 class _Call:
@@ -143,7 +137,6 @@ class _Call:
         "arguments",
         "blocks",
         "call_id",
-        "chars",
         "disagree",
         "done",
         "error",
@@ -169,7 +162,6 @@ class _Call:
         # Compacted fragments, in order: UTF-8 bytes (str where a lone surrogate made
         # encoding impossible), with the code points of each.
         self.blocks: list[bytes | str] = []
-        self.chars: list[int] = []
         self.size = 0  # code points received: a cheap lower bound of the UTF-8 size
         self.mark = mark  # the size at which the next fragment takes the slow path
         self.done = False
@@ -297,7 +289,6 @@ class CallAccumulator:
             call.error = _cap_error(self._max_call)
             call.parts = []
             call.blocks = []
-            call.chars = []
             del self._open[call.index]
             return
         call.parts.append(text)
@@ -305,7 +296,7 @@ class CallAccumulator:
 
     def _compact(self, call: _Call) -> None:
         parts = call.parts
-        _encode(parts[0] if len(parts) == 1 else "".join(parts), call.blocks, call.chars)
+        _encode(parts[0] if len(parts) == 1 else "".join(parts), call.blocks)
         parts.clear()
         call.mark = min(self._max_call, call.size + _COMPACT)
 
@@ -402,7 +393,7 @@ class CallAccumulator:
     @staticmethod
     def _differ(call: _Call) -> None:
         call.error = "arguments in the done event differ from the streamed fragments"
-        call.blocks, call.chars, call.parts = [], [], []
+        call.blocks, call.parts = [], []
 
     @staticmethod
     def _held(call: _Call, pending: bool) -> Iterator[bytes]:
@@ -430,13 +421,13 @@ class CallAccumulator:
         call.whole = None
         if type(whole) is bytes:
             return whole
-        blocks, chars = call.blocks, call.chars
-        call.blocks, call.chars = [], []
+        blocks = call.blocks
+        call.blocks = []
         if type(whole) is str:
-            _encode(whole, blocks, chars)
+            _encode(whole, blocks)
             del whole
         elif call.parts:
-            _encode("".join(call.parts), blocks, chars)
+            _encode("".join(call.parts), blocks)
             call.parts = []
         if not all(type(block) is bytes for block in blocks):
             return None

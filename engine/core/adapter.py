@@ -101,7 +101,8 @@ def load_adapter(provider: str) -> Adapter:
 
 # --- encode side -------------------------------------------------------------------------
 # The conversation is kept in the provider's own message shapes (plain JSON dicts owned by
-# the adapter), so continuation items travel verbatim and no lossy neutral form sits between.
+# the adapter), so continuation items travel as the provider sent them and no lossy neutral
+# form sits between.
 
 JSON = dict[str, object]
 

@@ -42,6 +42,8 @@ _SLICE = 1 << 17
 # since nothing is gained by fewer of them.
 _STREAM_SLICE = 1 << 15
 _OPEN_OBJECT, _OPEN_ARRAY, _QUOTE = b'{["'
+# Containers nested deeper than this (rare in tool arguments) take the one decode.
+_PIECEWISE_DEPTH = 6
 _CONTAINERS = (dict, list)
 _BLANK = b" \t\n\r\x0b\x0c"  # what bytes.strip() removes
 
@@ -64,7 +66,7 @@ def parse_arguments(raw: bytes, max_depth: int) -> dict[str, Any]:
     if not raw or (raw[0] in _BLANK and not raw.strip()):
         return {}
     if len(raw) >= _PIECEWISE:
-        value = _piecewise(raw)
+        value = _piecewise(raw, max_depth)
         if value is not None:
             _check_structure(value, raw, max_depth)
             return value
@@ -80,36 +82,44 @@ def parse_arguments(raw: bytes, max_depth: int) -> dict[str, Any]:
     return value
 
 
-class _NoSafeCut(Exception):
-    """A long string offers no place to cut it (escapes every few bytes)."""
+class _OneDecode(Exception):
+    """The piecewise reading gives way to one decode: a long string offers no safe cut
+    (escapes every few bytes), or long containers nest deeper than a few levels (each
+    level would scan everything below it again; one decode also rejects a text past the
+    depth cap at once)."""
 
 
-def _piecewise(raw: bytes) -> dict[str, Any] | None:
+def _piecewise(raw: bytes, max_depth: int) -> dict[str, Any] | None:
     """``raw`` decoded without an unescape buffer the size of its longest string, or
     None when that cannot be done (the caller then decodes it in one go)."""
     try:
-        value = _container(memoryview(raw))
-    except (msgspec.DecodeError, RecursionError, _NoSafeCut):
+        value = _container(memoryview(raw), 1, max_depth)
+    except (msgspec.DecodeError, RecursionError, _OneDecode):
         return None
     return value if isinstance(value, dict) else None
 
 
-def _container(view: memoryview) -> Any:
+def _container(view: memoryview, depth: int, max_depth: int) -> Any:
+    # Each level scans what lies below it again, so only a few levels go piecewise.
+    if depth > max_depth or depth > _PIECEWISE_DEPTH:
+        raise _OneDecode
     first = view[0]
     if first == _OPEN_OBJECT:
-        return {key: _member(member) for key, member in _members.decode(view).items()}
+        return {
+            key: _member(member, depth, max_depth) for key, member in _members.decode(view).items()
+        }
     if first == _OPEN_ARRAY:
-        return [_member(item) for item in _items.decode(view)]
+        return [_member(item, depth, max_depth) for item in _items.decode(view)]
     return _decoder.decode(view)
 
 
-def _member(raw: msgspec.Raw) -> Any:
+def _member(raw: msgspec.Raw, depth: int, max_depth: int) -> Any:
     view = memoryview(raw)
     if len(view) < _SLICE:
         return _decoder.decode(view)
     if view[0] == _QUOTE:
         return _long_string(view)
-    return _container(view)
+    return _container(view, depth + 1, max_depth)
 
 
 def _long_string(view: memoryview) -> str:
@@ -134,9 +144,12 @@ def string_slices(literal: bytes | bytearray | memoryview | msgspec.Raw) -> Iter
     safe cut comes whole). Raises ``msgspec.DecodeError`` where one strict decode of the
     literal would."""
     view = memoryview(literal)
+    if len(view) - 2 <= _STREAM_SLICE:
+        yield _string.decode(view)
+        return
     try:
         cuts = _cuts(view, _STREAM_SLICE)
-    except _NoSafeCut:
+    except _OneDecode:
         yield _string.decode(view)
         return
     for i in range(1, len(cuts)):
@@ -171,7 +184,7 @@ def _safe_cut(view: memoryview, start: int, target: int) -> int:
             cut -= 1  # a continuation byte: the character starts earlier
         else:
             return cut
-    raise _NoSafeCut
+    raise _OneDecode
 
 
 # Warm the loop up so the first long argument text already gets the in-place appends.

@@ -87,12 +87,15 @@ class TurnAssembler:
         self._continuation: list[ContinuationItem] = []
         self._details: list[ProviderDetail] = []
 
-    def apply(self, event: EngineEvent) -> None:
+    def apply(self, event: EngineEvent | ArgumentsRun) -> None:
         # Dispatch on the event's exact type: cheaper than an isinstance chain per event.
         _HANDLERS[type(event)](self, event)
 
     def _on_arguments(self, ev: ArgumentsDelta) -> None:
         self._calls.fragment(ev.index, ev.fragment)
+
+    def _on_run(self, ev: ArgumentsRun) -> None:
+        self._calls.fragments(ev.indexes, ev.pieces)
 
     def _add_text(self, target: list[str], text: str) -> None:
         if not text:
@@ -196,6 +199,7 @@ class TurnAssembler:
 
 _HANDLERS: dict[type, Callable[[TurnAssembler, Any], None]] = {
     ArgumentsDelta: TurnAssembler._on_arguments,
+    ArgumentsRun: TurnAssembler._on_run,
     TextDelta: TurnAssembler._on_text,
     CallStarted: TurnAssembler._on_call_started,
     CallDone: TurnAssembler._on_call_done,
@@ -289,7 +293,7 @@ class StreamDecoder:
                 elif type(event) is TextDelta:
                     on_text(event)
                 else:
-                    apply(event)  # type: ignore[arg-type]  # runs are handled above
+                    apply(event)
                 applied += 1
         finally:
             if out is not None:  # the events applied (all of them, or up to the failing one)
@@ -309,6 +313,9 @@ class StreamDecoder:
             self._turn.fail(f"protocol error: {exc}")
         elif isinstance(exc, msgspec.DecodeError):
             self._turn.fail(f"protocol error: undecodable provider event: {exc}")
+        elif isinstance(exc, RecursionError):
+            # An adapter that lets msgspec's nesting guard through: still bad input.
+            self._turn.fail("protocol error: a provider event nests too deeply to decode")
         else:
             return False
         self._done = True
