@@ -363,7 +363,7 @@ def tweak_json(body: bytes, rng: random.Random, provider: str | None = None) -> 
     event = events[i]
     try:
         value = json.loads(event[start:end])
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser
         return body
     slots = _nodes(value)
     if not slots:

@@ -112,7 +112,7 @@ def event_json(event: bytes) -> Any:
         return None
     try:
         return json.loads(b"\n".join(event[a:b] for a, b in spans))
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser
         return None
 
 

@@ -99,7 +99,7 @@ def json_whitespace(body: bytes, rng: random.Random, provider: str | None = None
         start, end = spans[0]
         try:
             value = json.loads(event[start:end])
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser
             continue
         if not isinstance(value, dict) or not _finite(value):
             continue
