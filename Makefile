@@ -37,7 +37,7 @@ bench-huge:
 		-k "stream_size or peak_memory" --benchmark-json=build/bench-huge.json
 
 bench-report:
-	$(PYTHON) bench/report.py --also build/bench-huge.json
+	$(PYTHON) bench/report.py --readme --also build/bench-huge.json
 
 fuzz:
 	$(PYTHON) fuzz/run.py --seconds $(FUZZ_SECONDS)

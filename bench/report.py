@@ -19,6 +19,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import textwrap
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -436,6 +437,111 @@ def render(data: dict[str, Any], command: str) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# --- the README's headline ----------------------------------------------------------------
+
+README = ROOT / "README.md"
+README_BEGIN, README_END = "<!-- bench:begin -->", "<!-- bench:end -->"
+KIND_LABEL = {
+    "openai_chat": "openai_chat",
+    "openai_responses": "openai_responses",
+    "anthropic": "anthropic",
+    "gemini": "gemini (whole parts)",
+    "gemini_vertex": "gemini (Vertex partialArgs)",
+    "gemini_interactions": "gemini_interactions",
+}
+
+
+def headline(benches: list[dict[str, Any]]) -> list[str]:
+    """The compact tables the README shows between its bench markers."""
+    decode: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    size: dict[str, dict[str, dict[str, Any]]] = {}
+    memory: dict[str, list[dict[str, Any]]] = {}
+    for b in benches:
+        group, info = b.get("group", ""), b.get("extra_info", {})
+        if group.startswith("decode ") and "impl" in info:
+            decode.setdefault((info["kind"], info["size"]), {})[info["impl"]] = b
+        elif group.startswith("scaling size "):
+            size.setdefault(info["kind"], {})[info["case"]] = b
+        elif group.startswith("memory") and "peak_bytes" in info:
+            memory.setdefault(info["kind"], []).append(b)
+    rows = []
+    for kind in KIND_ORDER:
+        per = [decode.get((kind, sz), {}) for sz in ("S", "M", "L")]
+        if not all("callgate" in p for p in per):
+            continue
+        cg = [p["callgate"] for p in per]
+        rate = " / ".join(fmt_rate(c["extra_info"]["events"] / median(c)) for c in cg)
+        cells = [KIND_LABEL[kind], rate]
+        for impl in ("floor", "httpx_sse", "sdk", "pydantic_ai"):
+            digits = 0 if impl in ("sdk", "pydantic_ai") else 2
+            ratios = [
+                f"{per_event(p[impl]) / per_event(p['callgate']):,.{digits}f}" if impl in p else "-"
+                for p in per
+            ]
+            cells.append("–" if set(ratios) == {"-"} else " / ".join(ratios))
+        rows.append(cells)
+    intro = (
+        f"Headline figures from `bench/RESULTS.md` ({cpu_model()}, {os.cpu_count()} logical "
+        f"cores, CPython {platform.python_version()}; medians of seeded synthetic streams, "
+        "every row checked to return the same calls). Ratios are each peer's time per event "
+        "divided by callgate's (> 1: callgate is faster); each cell is S / M / L."
+    )
+    out = [
+        *textwrap.wrap(intro, 88),
+        "",
+        *table(
+            [
+                "family",
+                "callgate events/s",
+                "vs naive floor",
+                "vs httpx-sse",
+                "vs official SDK",
+                "vs pydantic-ai",
+            ],
+            rows,
+        ),
+        "",
+        "S: one call, ~60-byte arguments in 4-byte fragments; M: 8 interleaved calls with 2 KiB",
+        "arguments; L: one call with 1 MiB arguments in 8-byte fragments (the SDK and",
+        "pydantic-ai L cells ran on 64 KiB of arguments, which flatters them).",
+    ]
+    growth = []
+    for kind in KIND_ORDER:
+        by = size.get(kind, {})
+        if "1MB" in by and "10MB" in by:
+            cell = f"{median(by['10MB']) / median(by['1MB']):.1f}x"
+            if "100MB" in by:
+                cell += f" / {median(by['100MB']) / median(by['1MB']):.0f}x"
+            growth.append(f"{KIND_LABEL[kind]} {cell}")
+    if growth:
+        text = "Time for 10 MB (/ 100 MB) of stream against 1 MB (target: linear, <= 11x per "
+        out += ["", *textwrap.wrap(text + "10x): " + "; ".join(growth) + ".", 88)]
+    mem = []
+    for kind in KIND_ORDER:
+        for b in sorted(memory.get(kind, []), key=lambda b: b["extra_info"]["arg_bytes"]):
+            info = b["extra_info"]
+            mark = "" if info["meets_target"] else " (over)"
+            mem.append(
+                f"{KIND_LABEL[kind]} {info['arg_bytes'] / 2**20:.0f} MiB: "
+                f"{info['peak_bytes'] / 2**20:.1f} MiB{mark}"
+            )
+    if mem:
+        text = "Peak traced memory of one decode (target: 2x the argument bytes + 1 MiB): "
+        out += ["", *textwrap.wrap(text + "; ".join(mem) + ".", 88)]
+    return out
+
+
+def write_readme(benches: list[dict[str, Any]], path: Path = README) -> bool:
+    text = path.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        return False
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    block = "\n".join(headline(benches))
+    path.write_text(f"{head}{README_BEGIN}\n{block}\n{README_END}{tail}")
+    return True
+
+
 def merged(paths: list[Path]) -> dict[str, Any]:
     """Several benchmark JSONs as one: later files replace rows of the same name (a
     ``CALLGATE_BENCH_HUGE=1`` scaling run folded into the default run)."""
@@ -459,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
         "--also", type=Path, nargs="*", default=[], help="JSON(s) folded into this run"
     )
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--readme", action="store_true", help="also rewrite the README's headline block"
+    )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
     if args.from_json is not None:
@@ -477,8 +586,11 @@ def main(argv: list[str] | None = None) -> int:
     extra = [p for p in args.also if p.exists()]
     if extra:
         command += " + " + ", ".join(p.name for p in extra)
-    args.out.write_text(render(merged(paths + extra), command))
+    data = merged(paths + extra)
+    args.out.write_text(render(data, command))
     print(f"wrote {args.out}")
+    if args.readme and write_readme(data.get("benchmarks", [])):
+        print(f"rewrote the headline block of {README}")
     return code
 
 
