@@ -215,17 +215,19 @@ class OpenAIResponsesStream:
                     # terminal event the handler decides.
                     try:
                         ev = decode(event.data)
+                        if not ev.delta:
+                            continue
+                        index = ev.output_index
+                        if index is None:
+                            # The lean view skipped item_id unread (and unvalidated):
+                            # this second decode may reject what the first let pass.
+                            index = self._index(None, _ARGS_DELTA.decode(event.data).item_id)
                     except msgspec.DecodeError as exc:
                         raise StreamProtocolError(
                             f"openai_responses: undecodable {_ARGS_DELTA_NAME} event: {exc}"
                         ) from None
-                    if ev.delta:
-                        index = ev.output_index
-                        if index is None:
-                            item_id = _ARGS_DELTA.decode(event.data).item_id
-                            index = self._index(None, item_id)
-                        indexes.append(index)
-                        pieces.append(ev.delta)
+                    indexes.append(index)
+                    pieces.append(ev.delta)
                     continue
                 if pieces:
                     append_fragments(out, indexes, pieces)

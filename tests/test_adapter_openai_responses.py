@@ -472,6 +472,16 @@ def test_invalid_json_raises() -> None:
         stream.decode(SSEEvent(data=b"[1, 2]"))  # unnamed and not an object with a type
 
 
+def test_invalid_utf8_in_item_id_of_a_delta_raises() -> None:
+    # Fuzz finding (long adapter run): the delta's lean view skips item_id, so its
+    # invalid UTF-8 surfaced only in the second decode, which escaped as a DecodeError.
+    stream = ADAPTER.new_stream(DEFAULT_LIMITS)
+    data = b'{"delta":"}","item_id":"\xff"}'
+    event = SSEEvent(event="response.function_call_arguments.delta", data=data)
+    with pytest.raises(StreamProtocolError, match="undecodable"):
+        stream.decode(event)
+
+
 def test_function_call_without_name_raises() -> None:
     with pytest.raises(StreamProtocolError, match="no name"):
         send(added(0, FC | {"name": ""}))
