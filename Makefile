@@ -3,7 +3,7 @@ PYTEST ?= $(PYTHON) -m pytest
 FUZZ_SECONDS ?= 600
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: install test lint typecheck demo bench bench-huge bench-report fuzz fuzz-smoke clean
+.PHONY: install test lint typecheck demo bench bench-smoke bench-huge bench-report fuzz fuzz-smoke clean
 
 install:
 	$(PYTHON) -m pip install -e '.[dev,fuzz,bench]'
@@ -41,6 +41,10 @@ bench-report:
 
 fuzz:
 	$(PYTHON) fuzz/run.py --seconds $(FUZZ_SECONDS)
+
+# Every benchmark body once, untimed: the suite's own correctness checks (CI).
+bench-smoke:
+	$(PYTEST) bench -q --benchmark-disable -p no:randomly
 
 fuzz-smoke:
 	$(PYTHON) fuzz/run.py --seconds 60 --seed 1

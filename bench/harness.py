@@ -65,6 +65,13 @@ def run_budgeted(
     return result
 
 
+def timed_median(benchmark: Any) -> float | None:
+    """The row's median in seconds; None under ``--benchmark-disable`` (a correctness
+    pass that runs each body once and times nothing)."""
+    stats = getattr(benchmark, "stats", None)
+    return None if stats is None else float(stats.stats.median)
+
+
 def record(
     benchmark: Any,
     *,

@@ -4,6 +4,8 @@
    too with ``CALLGATE_BENCH_HUGE=1``), per stream kind. Growth factor = median(10 MB) /
    median(1 MB); target <= 11x (linear). The summary's ratio column for these groups is
    that factor (median against the 1 MB row); the exact body sizes are in ``extra_info``.
+   The naive floor runs the same streams side by side (its own groups, ``(floor)``), so
+   the growth the machine adds for big values shows beside callgate's.
 2. Parallel calls: 128 KiB of arguments in total, in 8-byte fragments, spread over 1, 8
    and 64 calls (interleaved where the wire allows). Same argument bytes in every row
    (and the same number of fragments, except Gemini's whole parts), so per-call
@@ -31,6 +33,7 @@ from typing import Any
 import pytest
 
 from bench.harness import record, run_budgeted
+from bench.peers import floor
 from bench.streams import KINDS, Shape, SyntheticStream, make_stream, stream_of_body_size
 from callgate.engine.core.decode import decode
 from callgate.engine.core.limits import Limits
@@ -70,14 +73,22 @@ def sized(kind: str, label: str) -> SyntheticStream:
 
 @pytest.mark.parametrize("label", list(BODY_SIZES))
 @pytest.mark.parametrize("kind", KINDS)
-def test_stream_size(benchmark: Any, kind: str, label: str) -> None:
+@pytest.mark.parametrize("impl", ("callgate", "floor"))
+def test_stream_size(benchmark: Any, impl: str, kind: str, label: str) -> None:
     s = sized(kind, label)
-    benchmark.group = f"scaling size {kind}"
-    provider, chunks = s.provider, s.chunks
-    outcome = run_budgeted(
-        benchmark, lambda: decode(provider, chunks, BIG), budget=2.0, min_rounds=3
-    )
-    _check(s, outcome)
+    provider, chunks, body = s.provider, s.chunks, s.body
+    if impl == "callgate":
+        benchmark.group = f"scaling size {kind}"
+        outcome = run_budgeted(
+            benchmark, lambda: decode(provider, chunks, BIG), budget=2.0, min_rounds=3
+        )
+        _check(s, outcome)
+    else:
+        # The naive floor on the same bytes: how much of the growth the machine itself
+        # adds (a 10-100 MB value leaves the caches and needs fresh pages).
+        benchmark.group = f"scaling size {kind} (floor)"
+        got = run_budgeted(benchmark, lambda: floor(kind, body), budget=2.0, min_rounds=3)
+        assert [(name, args) for _, name, args in got] == [(c.name, c.arguments) for c in s.calls]
     record(
         benchmark,
         events=s.events,
@@ -87,6 +98,7 @@ def test_stream_size(benchmark: Any, kind: str, label: str) -> None:
         per_event=False,
         kind=kind,
         case=label,
+        impl=impl,
     )
 
 

@@ -29,6 +29,7 @@ from httpx._decoders import TextDecoder
 from httpx_sse._decoders import SSEDecoder as HttpxSSEDecoder
 from httpx_sse._decoders import SSELineDecoder
 
+from bench.harness import timed_median
 from callgate.engine.core.sse import SSEDecoder
 
 MiB = 1024 * 1024
@@ -131,7 +132,10 @@ def floor_decode(body: bytes) -> list[bytes]:
 def _measure(benchmark: Any, fn: Callable[[], list[Any]], size: int, events: int) -> None:
     result = benchmark(fn)
     assert len(result) == events
-    mb_s = size / benchmark.stats.stats.median / 1e6
+    median = timed_median(benchmark)
+    if median is None:
+        return
+    mb_s = size / median / 1e6
     benchmark.extra_info["MB/s"] = round(mb_s, 1)
     print(f"\n{benchmark.group} / {benchmark.name}: {mb_s:,.0f} MB/s")
 

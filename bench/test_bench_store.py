@@ -30,6 +30,7 @@ import anyio.from_thread
 import asyncpg
 import pytest
 
+from bench.harness import timed_median
 from callgate.engine.store import (
     ApprovalRecord,
     Began,
@@ -175,7 +176,10 @@ def measure(
     benchmark.group = f"store {what}"
     benchmark.name = f"{what}[{kind}-flows{flows}]"
     benchmark.pedantic(portal.call, args=(run,), rounds=ROUNDS, iterations=1)
-    per_s = flows * max(1, per_round // flows) / benchmark.stats.stats.median
+    median = timed_median(benchmark)
+    if median is None:
+        return
+    per_s = flows * max(1, per_round // flows) / median
     benchmark.extra_info.update({f"{what}_per_s": round(per_s, 1), "flows": flows})
     print(f"\n{what} {kind} flows={flows}: {per_s:,.0f}/s")
 
