@@ -3,7 +3,7 @@ PYTEST ?= $(PYTHON) -m pytest
 FUZZ_SECONDS ?= 600
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: install test lint typecheck demo bench bench-smoke bench-huge bench-report fuzz fuzz-smoke clean
+.PHONY: install test lint typecheck demo bench bench-smoke bench-huge bench-store bench-report fuzz fuzz-smoke clean
 
 install:
 	$(PYTHON) -m pip install -e '.[dev,fuzz,bench]'
@@ -36,8 +36,14 @@ bench-huge:
 	CALLGATE_BENCH_HUGE=1 $(PYTEST) bench/test_bench_scaling.py -q --benchmark-only -p no:randomly \
 		-k "stream_size or peak_memory" --benchmark-json=build/bench-huge.json
 
+# The store rows with PostgreSQL too: a throwaway server on loopback (as CI starts one).
+bench-store:
+	@mkdir -p build
+	bash -c 'set -euo pipefail; source .ci/postgres.sh; $(PYTEST) bench/test_bench_store.py -q \
+		--benchmark-only -p no:randomly --benchmark-json=build/bench-store.json'
+
 bench-report:
-	$(PYTHON) bench/report.py --readme --also build/bench-huge.json
+	$(PYTHON) bench/report.py --readme --also build/bench-huge.json build/bench-store.json
 
 fuzz:
 	$(PYTHON) fuzz/run.py --seconds $(FUZZ_SECONDS)
