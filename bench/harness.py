@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["ROWS", "Row", "format_summary", "record", "run_budgeted"]
+__all__ = ["ROWS", "Row", "format_summary", "record", "run_budgeted", "timed_median"]
 
 T = TypeVar("T")
 

@@ -88,7 +88,7 @@ def test_stream_size(benchmark: Any, impl: str, kind: str, label: str) -> None:
         # adds (a 10-100 MB value leaves the caches and needs fresh pages).
         benchmark.group = f"scaling size {kind} (floor)"
         got = run_budgeted(benchmark, lambda: floor(kind, body), budget=2.0, min_rounds=3)
-        assert [(name, args) for _, name, args in got] == [(c.name, c.arguments) for c in s.calls]
+        assert got == [(c.call_id, c.name, c.arguments) for c in s.calls]
     record(
         benchmark,
         events=s.events,
