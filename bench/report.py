@@ -85,22 +85,29 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def machine_lines() -> list[str]:
+def machine_lines(recorded_load: list[float] | None = None) -> list[str]:
+    """``recorded_load``: the load average the benchmark run saved in its JSON; without
+    it, the load now (what a report rendered right after its run would see)."""
     versions = []
     for name in PACKAGES:
         try:
             versions.append(f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:
             continue
-    try:
-        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        load = "n/a"
+    when = "at the start of the run"
+    if recorded_load:
+        load = " ".join(f"{x:.2f}" for x in recorded_load)
+    else:
+        when = "when the report was written"
+        try:
+            load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        except OSError:
+            load = "n/a"
     return [
         f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores",
         f"- Python {platform.python_version()} ({platform.python_implementation()}), "
         f"{platform.system()} {platform.release()}",
-        f"- Load average when the report was written: {load}",
+        f"- Load average {when}: {load}",
         f"- Packages: {', '.join(versions)}",
     ]
 
@@ -432,7 +439,7 @@ def render(data: dict[str, Any], command: str) -> str:
         "",
         "## Machine",
         "",
-        *machine_lines(),
+        *machine_lines(data.get("machine_info", {}).get("loadavg")),
         "",
         *decode_section(benches),
         *scaling_section(benches),
@@ -566,7 +573,8 @@ def merged(paths: list[Path]) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
     for path in paths:
         part = json.loads(path.read_text())
-        data = {**data, **{k: v for k, v in part.items() if k != "benchmarks"}}
+        # The first file is the main run: its machine_info and datetime describe the report.
+        data = {**{k: v for k, v in part.items() if k != "benchmarks"}, **data}
         stale = 0
         for bench in part.get("benchmarks", []):
             if bench.get("group", "").startswith("scaling size ") and "impl" not in bench.get(
