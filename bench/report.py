@@ -221,18 +221,23 @@ def decode_section(benches: list[dict[str, Any]]) -> list[str]:
     return [*out, ""]
 
 
+def size_rows(benches: list[dict[str, Any]], impl: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """One implementation's stream-size rows: kind -> case ("1MB", ...) -> row."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for b in benches:
+        info = b.get("extra_info", {})
+        if b.get("group", "").startswith("scaling size ") and info.get("impl") == impl:
+            out.setdefault(info["kind"], {})[info["case"]] = b
+    return out
+
+
 def scaling_section(benches: list[dict[str, Any]]) -> list[str]:
-    size: dict[str, dict[str, dict[str, Any]]] = {}
-    floor_size: dict[str, dict[str, dict[str, Any]]] = {}
+    size, floor_size = size_rows(benches, "callgate"), size_rows(benches, "floor")
     calls: dict[str, dict[str, dict[str, Any]]] = {}
     memory: list[dict[str, Any]] = []
     for b in benches:
         group, info = b.get("group", ""), b.get("extra_info", {})
-        if group.startswith("scaling size ") and info.get("impl") == "floor":
-            floor_size.setdefault(info["kind"], {})[info["case"]] = b
-        elif group.startswith("scaling size "):
-            size.setdefault(info["kind"], {})[info["case"]] = b
-        elif group.startswith("scaling calls "):
+        if group.startswith("scaling calls "):
             calls.setdefault(info["kind"], {})[info["case"]] = b
         elif group.startswith("memory") and "peak_bytes" in info:
             memory.append(b)
@@ -474,15 +479,12 @@ def grown(by: dict[str, dict[str, Any]]) -> str:
 def headline(benches: list[dict[str, Any]]) -> list[str]:
     """The compact tables the README shows between its bench markers."""
     decode: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-    size: dict[str, dict[str, dict[str, Any]]] = {}
+    size, floor_size = size_rows(benches, "callgate"), size_rows(benches, "floor")
     memory: dict[str, list[dict[str, Any]]] = {}
     for b in benches:
         group, info = b.get("group", ""), b.get("extra_info", {})
         if group.startswith("decode ") and "impl" in info:
             decode.setdefault((info["kind"], info["size"]), {})[info["impl"]] = b
-        elif group.startswith("scaling size "):
-            key = info["kind"] + (" floor" if info.get("impl") == "floor" else "")
-            size.setdefault(key, {})[info["case"]] = b
         elif group.startswith("memory") and "peak_bytes" in info:
             memory.setdefault(info["kind"], []).append(b)
     rows = []
@@ -531,7 +533,7 @@ def headline(benches: list[dict[str, Any]]) -> list[str]:
     ]
     growth = []
     for kind in KIND_ORDER:
-        by, naive = size.get(kind, {}), size.get(kind + " floor", {})
+        by, naive = size.get(kind, {}), floor_size.get(kind, {})
         if "1MB" in by and "10MB" in by:
             cell = f"{KIND_LABEL[kind]} {grown(by)}"
             if "1MB" in naive and "10MB" in naive:

@@ -115,7 +115,7 @@ def _equal(left: Iterable[bytes], right: Iterable[bytes]) -> bool:
     return not have and all(not chunk for chunk in rest)
 
 
-def _drain(chunks: Iterator[bytes]) -> None:
+def _drain(chunks: Iterator[object]) -> None:
     """Run a done text's chunks to the end (a literal's validity is checked there)."""
     for _ in chunks:
         pass
@@ -124,8 +124,7 @@ def _drain(chunks: Iterator[bytes]) -> None:
 def _check(literal: msgspec.Raw | None) -> None:
     """Read a long literal through, for its errors only."""
     if literal is not None:
-        for _ in _literal_texts(literal):
-            pass
+        _drain(_literal_texts(literal))
 
 
 def _decode_literal(literal: msgspec.Raw) -> str:
