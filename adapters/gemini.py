@@ -42,7 +42,7 @@ from callgate.engine.core.events import (
 )
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
-from callgate.engine.core.sse import SSEEvent
+from callgate.engine.core.sse import SSEData, SSEEvent
 
 from ._vertex_args import PartialArg, StreamedArguments
 
@@ -237,7 +237,7 @@ class GeminiStream:
         self._thought: list[str] = []
         self._thought_pos = -1
         self._thought_bytes = 0
-        self._junk: list[bytes | bytearray] = []
+        self._junk: list[SSEData] = []
         self._junk_bytes = 0
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
@@ -450,7 +450,7 @@ class GeminiStream:
 
     # --- unframed text -----------------------------------------------------------------
 
-    def _unframed(self, data: bytes | bytearray) -> list[EngineEvent]:
+    def _unframed(self, data: SSEData) -> list[EngineEvent]:
         self._junk.append(data)
         self._junk_bytes += len(data) + 1
         if self._junk_bytes > self._limits.max_event_bytes:

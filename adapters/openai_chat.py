@@ -40,7 +40,7 @@ from callgate.engine.core.events import (
 )
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, TurnOutcome, Usage
-from callgate.engine.core.sse import SSEEvent
+from callgate.engine.core.sse import SSEData, SSEEvent
 
 from ._openai_common import ErrorView, error_info
 
@@ -57,6 +57,8 @@ FINISH_REASONS: dict[str, OutcomeKind] = {
 }
 
 _DONE = b"[DONE]"
+# The end marker with whitespace around it; anything longer is not the marker.
+_DONE_PADDED = 4096
 
 
 # --- decode views: only the fields this adapter reads --------------------------------------
@@ -236,7 +238,7 @@ class OpenAIChatStream:
         finally:
             append_fragments(out, indexes, pieces)
 
-    def _event(self, data: bytes | bytearray, out: list[BatchEvent]) -> None:
+    def _event(self, data: SSEData, out: list[BatchEvent]) -> None:
         if self._done:
             raise StreamProtocolError("openai_chat: data after the [DONE] sentinel")
         if data == _DONE:
@@ -258,10 +260,9 @@ class OpenAIChatStream:
             return
         self._chunk(chunk, out)
 
-    def _undecodable(
-        self, data: bytes | bytearray, exc: msgspec.DecodeError, out: list[BatchEvent]
-    ) -> None:
-        if data.strip() == _DONE:
+    def _undecodable(self, data: SSEData, exc: msgspec.DecodeError, out: list[BatchEvent]) -> None:
+        # (A view of a long line is copied only when it is short enough to be the marker.)
+        if len(data) <= _DONE_PADDED and bytes(data).strip() == _DONE:
             self._terminal(out)
             return
         raise StreamProtocolError(f"openai_chat: undecodable chunk: {exc}") from None

@@ -44,7 +44,7 @@ from callgate.engine.core.events import (
 )
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
-from callgate.engine.core.sse import SSEEvent
+from callgate.engine.core.sse import SSEData, SSEEvent
 
 from ._openai_common import ErrorView, error_info
 
@@ -279,7 +279,7 @@ class OpenAIResponsesStream:
 
     # --- handlers: (self, data) -> events --------------------------------------------------
 
-    def _on_lifecycle(self, data: bytes | bytearray) -> list[EngineEvent]:
+    def _on_lifecycle(self, data: SSEData) -> list[EngineEvent]:
         if self._meta_sent:
             return []
         response = _LIFECYCLE.decode(data).response
@@ -288,7 +288,7 @@ class OpenAIResponsesStream:
         self._meta_sent = True
         return [ResponseMeta(response.id, response.model)]
 
-    def _on_item_added(self, data: bytes | bytearray) -> list[EngineEvent]:
+    def _on_item_added(self, data: SSEData) -> list[EngineEvent]:
         ev = _ITEM_ADDED.decode(data)
         item = ev.item
         if item.type != "function_call":
@@ -315,18 +315,18 @@ class OpenAIResponsesStream:
             "openai_responses: argument event names no known output_index or item_id"
         )
 
-    def _on_arguments_delta(self, data: bytes | bytearray) -> list[EngineEvent]:
+    def _on_arguments_delta(self, data: SSEData) -> list[EngineEvent]:
         ev = _ARGS_DELTA.decode(data)
         if not ev.delta:
             return []
         return [ArgumentsDelta(self._index(ev.output_index, ev.item_id), ev.delta)]
 
-    def _on_arguments_done(self, data: bytes | bytearray) -> list[EngineEvent]:
+    def _on_arguments_done(self, data: SSEData) -> list[EngineEvent]:
         ev = _ARGS_DONE.decode(data)
         index = self._index(ev.output_index, ev.item_id)
         return [CallDone(index, literal=_string_literal(ev.arguments, index))]
 
-    def _on_item_done(self, data: bytes | bytearray) -> list[EngineEvent]:
+    def _on_item_done(self, data: SSEData) -> list[EngineEvent]:
         ev = _ITEM_DONE.decode(data)
         members = ev.item
         order = list(members)
@@ -357,17 +357,15 @@ class OpenAIResponsesStream:
             item = {key: item[key] for key in order}  # the members in their wire order
         return [ContinuationItem(kind, index, item)]
 
-    def _on_text_delta(self, data: bytes | bytearray) -> list[EngineEvent]:
+    def _on_text_delta(self, data: SSEData) -> list[EngineEvent]:
         delta = _DELTA.decode(data).delta
         return [TextDelta(delta)] if delta else []
 
-    def _on_refusal_delta(self, data: bytes | bytearray) -> list[EngineEvent]:
+    def _on_refusal_delta(self, data: SSEData) -> list[EngineEvent]:
         delta = _DELTA.decode(data).delta
         return [RefusalDelta(delta)] if delta else []
 
-    def _terminal_response(
-        self, data: bytes | bytearray
-    ) -> tuple[_ResponseView, list[EngineEvent]]:
+    def _terminal_response(self, data: SSEData) -> tuple[_ResponseView, list[EngineEvent]]:
         if self._terminal:
             raise StreamProtocolError("openai_responses: a second terminal event")
         self._terminal = True
@@ -380,20 +378,20 @@ class OpenAIResponsesStream:
             out.append(UsageReport(_usage(response.usage)))
         return response, out
 
-    def _on_completed(self, data: bytes | bytearray) -> list[EngineEvent]:
+    def _on_completed(self, data: SSEData) -> list[EngineEvent]:
         response, out = self._terminal_response(data)
         raw = response.status or "completed"
         out.append(Completion(FINISH_REASONS.get(raw, OutcomeKind.FAILED), raw))
         return out
 
-    def _on_incomplete(self, data: bytes | bytearray) -> list[EngineEvent]:
+    def _on_incomplete(self, data: SSEData) -> list[EngineEvent]:
         response, out = self._terminal_response(data)
         details = response.incomplete_details
         raw = (details.reason if details is not None else None) or "incomplete"
         out.append(Completion(FINISH_REASONS.get(raw, OutcomeKind.TRUNCATED), raw))
         return out
 
-    def _on_failed(self, data: bytes | bytearray) -> list[EngineEvent]:
+    def _on_failed(self, data: SSEData) -> list[EngineEvent]:
         response, out = self._terminal_response(data)
         error = response.error
         info = error_info(error) if error is not None else ProviderErrorInfo()
@@ -401,7 +399,7 @@ class OpenAIResponsesStream:
         out.append(Completion(OutcomeKind.FAILED, info.code or "failed"))
         return out
 
-    def _on_error(self, data: bytes | bytearray) -> list[EngineEvent]:
+    def _on_error(self, data: SSEData) -> list[EngineEvent]:
         ev = _ERROR.decode(data)
         nested = ev.error
         if nested is not None:
@@ -424,7 +422,7 @@ def _string_literal(value: msgspec.Raw | None, index: int) -> msgspec.Raw | None
     )
 
 
-_Handler = Callable[[OpenAIResponsesStream, bytes | bytearray], list[EngineEvent]]
+_Handler = Callable[[OpenAIResponsesStream, SSEData], list[EngineEvent]]
 
 _TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 

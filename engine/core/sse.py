@@ -16,14 +16,17 @@ is split as is, since rewriting every CRLF costs more than the split) is split i
 values by one ``split`` call; a chunk of ``event:`` + ``data:`` pairs (Anthropic,
 Responses, Interactions) is split into lines once and its names and values sliced out
 of that list. Everything else is normalised to LF and goes through the block and
-per-line paths. An unterminated line that spans chunks grows in one ``bytearray`` (in
-place, so a long line is held about once), is never rescanned until its line end
-arrives, and is then copied once into its value; per-line length checks run only on
-chunks longer than a cap.
+per-line paths. An unterminated line that spans chunks grows in one ``array("B")`` (in
+place, so a long line is held about once: arrays over-allocate by 1/16 as they grow,
+where a ``bytearray`` takes 1/8, and that slack sits beside every other copy of a big
+value), is never rescanned until its line end arrives, and a ``data:`` line then
+becomes its event's value as a read-only view of that buffer, not a copy; per-line
+length checks run only on chunks longer than a cap.
 """
 
 from __future__ import annotations
 
+from array import array
 from itertools import repeat
 from typing import cast
 
@@ -38,7 +41,7 @@ from .errors import (
 )
 from .limits import DEFAULT_LIMITS, Limits
 
-__all__ = ["SSEDecoder", "SSEEvent"]
+__all__ = ["SSEData", "SSEDecoder", "SSEEvent"]
 
 _BOM = b"\xef\xbb\xbf"
 _LF = 10
@@ -52,16 +55,21 @@ _TYPE_CACHE = 256
 _TYPES: dict[bytes, str] = {}  # event name -> dispatched type
 _LINE_TYPES: dict[bytes, str] = {}  # the same, keyed by the whole `event: <name>` line
 
+# An event's data: bytes, or a read-only view of the buffer a line that spanned
+# several chunks was gathered in (every bytes-like consumer, msgspec included, takes it).
+SSEData = bytes | memoryview
+
 
 class SSEEvent(msgspec.Struct, frozen=True, gc=False):
     """One dispatched event. ``data`` is the UTF-8 bytes of the joined data lines
-    (adapters decode JSON straight from bytes): ``bytes``, or the ``bytearray`` a data
-    line that spanned several chunks was gathered in (handed over, not copied, so a
-    long line is held once; treat it as read-only). ``unframed`` marks text that arrived
-    outside any SSE field (only collected when the decoder is asked to)."""
+    (adapters decode JSON straight from bytes): ``bytes``, or a read-only
+    ``memoryview`` of the buffer a data line that spanned several chunks was gathered
+    in (handed over, not copied, so a long line is held once; it compares equal to
+    the same bytes). ``unframed`` marks text that arrived outside any SSE field (only
+    collected when the decoder is asked to)."""
 
     event: str = "message"
-    data: bytes | bytearray = b""
+    data: SSEData = b""
     id: str | None = None
     retry: int | None = None
     unframed: bool = False
@@ -145,11 +153,11 @@ class SSEDecoder:
         # unterminated line is ``_tail_len`` bytes long.
         self._carry = b""
         self._held = 0
-        self._parts = bytearray()
+        self._parts = array("B")
         self._tail_len = 0
         # The event being built; ``_dirty`` says whether any of it is set.
         self._dirty = False
-        self._data: list[bytes | bytearray] = []
+        self._data: list[SSEData] = []
         self._data_len = 0
         self._type = ""
         self._retry: int | None = None
@@ -276,16 +284,16 @@ class SSEDecoder:
             self._lines(self._carry[:held])  # a lone `event:` line, already validated
         self._carry = b""
         self._held = 0
-        self._parts = bytearray()
+        self._parts = array("B")
         self._tail_len = 0
-        line += memoryview(data)[:nl]
-        if line.startswith(b"data: "):
-            del line[:6]  # O(1) at the front of a bytearray
-            # The event's data is this buffer itself: a long line is never held twice.
-            self._add_data(line)
+        line.frombytes(memoryview(data)[:nl])
+        view = memoryview(line).toreadonly()  # the buffer is never resized again
+        if view[:6].tobytes() == b"data: ":
+            # The event's data is a view of this buffer: a long line is never held twice.
+            self._add_data(view[6:])
         else:
-            value = bytes(line)
-            del line
+            value = bytes(view)
+            del view, line
             self._lines(value)
         out: list[SSEEvent] = []
         if data[nl + 1 : nl + 2] == b"\n":
@@ -368,7 +376,7 @@ class SSEDecoder:
         self._head = None
         self._carry = b""
         self._held = 0
-        self._parts = bytearray()
+        self._parts = array("B")
         self._tail_len = 0
         self._closed = True
         self._plain = False
@@ -412,9 +420,9 @@ class SSEDecoder:
             if not self._parts and len(self._carry) > self._held:
                 # The line spans a third chunk: its first piece moves from the carry
                 # into the buffer, which from now on holds the whole line.
-                self._parts += memoryview(self._carry)[self._held :]
+                self._parts.frombytes(memoryview(self._carry)[self._held :])
                 self._carry = self._carry[: self._held]
-            self._parts += data  # grows in place: a long line is held about once
+            self._parts.frombytes(data)  # grows in place: a long line is held about once
         else:
             self._carry = data
         self._tail_len += len(data)
@@ -572,7 +580,7 @@ class SSEDecoder:
         elif self._collect:
             self._add_unframed(line)
 
-    def _add_data(self, value: bytes | bytearray) -> None:
+    def _add_data(self, value: SSEData) -> None:
         size = self._data_len + len(value) + (1 if self._data else 0)
         if size > self._max_event:
             raise SSEEventTooLarge("max_event_bytes", self._max_event)
