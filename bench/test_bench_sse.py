@@ -208,4 +208,4 @@ def test_all_decoders_agree_on_the_bodies() -> None:
     for chunks, body in ((SMALL_CHUNKS, SMALL), (SMALL_NET_CHUNKS, SMALL), (BIG_CHUNKS, BIG)):
         ours = callgate_decode(chunks)
         assert ours == floor_decode(body)
-        assert [x.decode() for x in ours] == httpx_sse_decode(chunks)
+        assert [bytes(x).decode() for x in ours] == httpx_sse_decode(chunks)

@@ -56,7 +56,11 @@ class AdapterStream(Protocol):
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
         """Translate one SSE event. Raises ``StreamProtocolError`` on events the
-        provider's protocol does not allow (the caller turns that into ``failed``)."""
+        provider's protocol does not allow (the caller turns that into ``failed``).
+        ``event.data`` is a bytes-like ``SSEData``: ``bytes``, or a read-only
+        ``memoryview`` for a line that spanned chunks. Decode it as a buffer (msgspec
+        and orjson take either); call ``bytes(event.data)`` first for ``bytes``
+        methods such as ``decode`` or ``strip``."""
         ...
 
     def end(self) -> list[EngineEvent]:
