@@ -217,12 +217,35 @@ def _peak(provider: str, chunks: list[bytes]) -> int:
         tracemalloc.stop()
 
 
+_TOO_DEEP = "nests too deeply"
+
+
+def _guard_only(a: TurnOutcome, b: TurnOutcome) -> bool:
+    """Whether two outcomes differ only in which defect of the same failing event was
+    reported: its nesting on one side, another protocol error on the other. msgspec's
+    nesting guard is the interpreter's recursion limit, so how deep an event may nest
+    depends on the caller's stack, and the recorded decode below runs a few frames
+    deeper than ``decode()``: an event nested to within those frames of the limit (and
+    broken further on) trips the guard on one side only. Both turns fail either way."""
+    reasons = (a.stop_reason, b.stop_reason)
+    return (
+        a.kind is OutcomeKind.FAILED
+        and b.kind is OutcomeKind.FAILED
+        and all(r.startswith("protocol error:") for r in reasons)
+        and sum(_TOO_DEEP in r for r in reasons) == 1
+        and msgspec.structs.replace(b, stop_reason=a.stop_reason) == a
+    )
+
+
 def check_decode(provider: str, data: bytes) -> None:
     limits = pick_limits(data)
     whole = decode(provider, [data], limits)
     chunks = chunk_plan(data)
     chunked, events = _decode_recorded(provider, chunks, limits)
-    expect(whole == chunked, f"re-chunking changed the outcome: {whole!r} != {chunked!r}")
+    expect(
+        whole == chunked or _guard_only(whole, chunked),
+        f"re-chunking changed the outcome: {whole!r} != {chunked!r}",
+    )
     check_outcome(chunked, events, limits)
     if limits is TIGHT_LIMITS and stream_seed(data) % 16 == 4:
         peak = _peak(provider, chunks)

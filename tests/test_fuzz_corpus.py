@@ -13,7 +13,11 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
+import msgspec
 import pytest
+
+from callgate.engine import OutcomeKind, TurnOutcome, decode
+from fuzz.stream_checks import _guard_only
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "fuzz" / "corpus"
@@ -111,3 +115,37 @@ def test_the_argument_parser_target_catches_a_lenient_parser(
     monkeypatch.setattr(target, "parse_arguments", lambda raw, depth: {"a": 1})
     with pytest.raises(AssertionError):
         target.check(b'{"a":1,"a":2}')
+
+
+# --- the one tolerance of the re-chunking check ----------------------------------------------
+
+
+def _decode_at_depth(frames: int, body: bytes) -> TurnOutcome:
+    """``decode`` called ``frames`` Python frames deeper than this test."""
+    if frames:
+        return _decode_at_depth(frames - 1, body)
+    return decode("openai_responses", [body])
+
+
+def test_an_event_nested_near_the_recursion_limit_fails_at_any_stack_depth() -> None:
+    """msgspec's nesting guard is the interpreter's recursion limit, so the same broken,
+    deeply nested event is reported as nesting too deeply from a deep stack and as its
+    other defect (here, a bad byte after the nesting) from a shallow one: the turn fails
+    both ways, and that pair is the only difference ``check_decode`` lets through."""
+    nest = 600  # under the headroom of a shallow stack, over that of one 500 frames deep
+    body = (
+        b'event: response.created\ndata: {"type":"response.created","x":'
+        + b"[" * nest
+        + b"!"
+        + b"]" * nest
+        + b"}\n\n"
+    )
+    shallow = _decode_at_depth(0, body)
+    deep = _decode_at_depth(500, body)
+    assert shallow.kind is OutcomeKind.FAILED and deep.kind is OutcomeKind.FAILED
+    assert "nests too deeply" not in shallow.stop_reason
+    assert "nests too deeply" in deep.stop_reason
+    assert _guard_only(shallow, deep) and _guard_only(deep, shallow)
+    assert not _guard_only(shallow, shallow)  # the same reason needs no excuse
+    # A difference beyond the reason is never excused.
+    assert not _guard_only(shallow, msgspec.structs.replace(deep, response_id="resp_1"))
