@@ -57,8 +57,6 @@ FINISH_REASONS: dict[str, OutcomeKind] = {
 }
 
 _DONE = b"[DONE]"
-# The end marker with whitespace around it; anything longer is not the marker.
-_DONE_PADDED = 4096
 
 
 # --- decode views: only the fields this adapter reads --------------------------------------
@@ -261,8 +259,8 @@ class OpenAIChatStream:
         self._chunk(chunk, out)
 
     def _undecodable(self, data: SSEData, exc: msgspec.DecodeError, out: list[BatchEvent]) -> None:
-        # (A view of a long line is copied only when it is short enough to be the marker.)
-        if len(data) <= _DONE_PADDED and bytes(data).strip() == _DONE:
+        # (A view is copied for strip(): once, on the error path that ends the stream.)
+        if (data if type(data) is bytes else bytes(data)).strip() == _DONE:
             self._terminal(out)
             return
         raise StreamProtocolError(f"openai_chat: undecodable chunk: {exc}") from None

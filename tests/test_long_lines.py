@@ -195,3 +195,30 @@ def test_responses_feed_in_long_chunks_gives_the_same_outcome_as_whole() -> None
         decoder.feed(chunk)
     assert decoder.finish() == whole
     assert whole.calls[0].raw_arguments == text.encode()
+
+
+def test_a_long_data_line_without_the_space_is_a_view_too() -> None:
+    """``data:<value>`` (no space after the colon) spanning chunks is handed over as a
+    view of its buffer like ``data: <value>``, not copied out of it."""
+    events = _feed(_pieces(b"data:" + PAYLOAD + b"\n\n", 64 * KiB))
+    assert len(events) == 1
+    assert isinstance(events[0].data, memoryview)
+    assert events[0].data == PAYLOAD
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096])
+def test_chat_done_marker_padded_with_whitespace_ends_the_stream_at_any_chunking(
+    size: int,
+) -> None:
+    """``[DONE]`` padded with whitespace (over 4 KiB of it) ends a Chat stream whether
+    its line arrives whole (bytes) or gathered across chunks (a view)."""
+    done = b"data: " + b" " * 5000 + b"[DONE]" + b" " * 5000 + b"\n\n"
+    stop = (
+        b'data: {"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"hi"},'
+        b'"finish_reason":"stop"}]}\n\n'
+    )
+    body = stop + done
+    chunks = [body] if size == 0 else list(_pieces(body, size))
+    outcome = decode("openai_chat", chunks)
+    assert outcome.kind is OutcomeKind.FINAL_TEXT, outcome.stop_reason
+    assert outcome.text == "hi"

@@ -59,8 +59,9 @@ class AdapterStream(Protocol):
         provider's protocol does not allow (the caller turns that into ``failed``).
         ``event.data`` is a bytes-like ``SSEData``: ``bytes``, or a read-only
         ``memoryview`` for a line that spanned chunks. Decode it as a buffer (msgspec
-        and orjson take either); call ``bytes(event.data)`` first for ``bytes``
-        methods such as ``decode`` or ``strip``."""
+        and orjson take either, and ``==`` with bytes compares the bytes); call
+        ``bytes(event.data)`` first for ``bytes`` methods such as ``decode`` or
+        ``strip``, for ``in`` (on a view it looks for an int), ``+`` or hashing."""
         ...
 
     def end(self) -> list[EngineEvent]:

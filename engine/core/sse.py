@@ -288,9 +288,10 @@ class SSEDecoder:
         self._tail_len = 0
         line.frombytes(memoryview(data)[:nl])
         view = memoryview(line).toreadonly()  # the buffer is never resized again
-        if view[:6].tobytes() == b"data: ":
+        head = view[:6].tobytes()
+        if head.startswith(b"data:"):
             # The event's data is a view of this buffer: a long line is never held twice.
-            self._add_data(view[6:])
+            self._add_data(view[6:] if head == b"data: " else view[5:])
         else:
             value = bytes(view)
             del view, line
