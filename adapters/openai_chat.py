@@ -259,8 +259,9 @@ class OpenAIChatStream:
         self._chunk(chunk, out)
 
     def _undecodable(self, data: SSEData, exc: msgspec.DecodeError, out: list[BatchEvent]) -> None:
-        # (A view is copied for strip(): once, on the error path that ends the stream.)
-        if (data if type(data) is bytes else bytes(data)).strip() == _DONE:
+        # bytes() returns bytes as they are and copies a view (once: this error ends
+        # the stream).
+        if bytes(data).strip() == _DONE:
             self._terminal(out)
             return
         raise StreamProtocolError(f"openai_chat: undecodable chunk: {exc}") from None
