@@ -21,6 +21,8 @@ import msgspec
 from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.limits import Limits
 
+from ._utf8 import utf8_len
+
 __all__ = ["PartialArg", "StreamedArguments"]
 
 
@@ -39,10 +41,6 @@ class PartialArg(msgspec.Struct, rename="camel", gc=False):
 # One jsonPath segment: `.name` or `[digits]`. Quoted keys, wildcards and slices cannot be
 # rebuilt faithfully, so they do not match and the path is rejected.
 _SEGMENT: Final = re.compile(r"\.([^.\[\]'\"*]+)|\[(\d+)\]")
-
-
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode())
 
 
 # A string leaf joins its newest pieces into one every this many pieces, so a long
@@ -85,7 +83,7 @@ class StreamedArguments:
             leaf = leaves.get(path)
             # What is held: each path once, plus every string piece.
             self._nbytes += (0 if leaf is not None else len(path)) + (
-                _utf8_len(string) if string else 0
+                utf8_len(string) if string else 0
             )
             if self._nbytes > limit:
                 raise LimitExceeded("max_call_argument_bytes", limit, "vertex streamed arguments")

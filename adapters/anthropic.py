@@ -43,6 +43,8 @@ from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
 from callgate.engine.core.sse import SSEEvent
 
+from ._utf8 import utf8_len
+
 __all__ = ["ADAPTER", "FINISH_REASONS", "AnthropicAdapter", "AnthropicStream"]
 
 # stop_reason -> outcome kind (ant-py types/stop_reason.py). Unknown reasons are FAILED.
@@ -177,11 +179,6 @@ _KNOWN_TYPES: Final = frozenset(cls.__struct_config__.tag for cls in _AnyEvent._
 _TOOL: Final = 0  # client tool_use: streamed to the assembler, not buffered here
 _TEXT: Final = 1  # text: streamed as TextDelta and buffered for the echo
 _OTHER: Final = 2  # thinking, server tools, unknown: buffered for the echo only
-
-
-def _utf8_len(text: str) -> int:
-    # isascii() is O(1) on CPython; only non-ASCII text pays for an encode.
-    return len(text) if text.isascii() else len(text.encode())
 
 
 class _Block:
@@ -476,7 +473,7 @@ class AnthropicStream:
         out.append(ContinuationItem(btype, index, item))
 
     def _buffer(self, block: _Block, piece: str, into: list[str]) -> None:
-        block.nbytes += _utf8_len(piece)
+        block.nbytes += utf8_len(piece)
         if block.nbytes > self._limits.max_call_argument_bytes:
             raise LimitExceeded(
                 "max_call_argument_bytes",
@@ -486,7 +483,7 @@ class AnthropicStream:
         into.append(piece)
 
     def _count_text(self, text: str) -> None:
-        self._text_bytes += _utf8_len(text)
+        self._text_bytes += utf8_len(text)
         if self._text_bytes > self._limits.max_text_bytes:
             raise LimitExceeded("max_text_bytes", self._limits.max_text_bytes, "anthropic text")
 

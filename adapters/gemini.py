@@ -2,7 +2,8 @@
 Vertex AI): chunks in, engine events out; engine values in, ``contents`` shapes out.
 
 Owns the reading of whole-response chunks (``candidates[0].content.parts``), the Vertex
-streamed-call lifecycle (its ``partialArgs`` are assembled by ``_vertex_args``), the
+streamed-call lifecycle (its ``partialArgs`` are assembled by ``_vertex_args``; the wire
+views the chunks are read through live in ``_gemini_wire``), the
 thought-signature bookkeeping, and the writing of the ``model`` echo, ``functionResponse``
 parts and the request body. Never does HTTP, never parses tool arguments (the assembler
 does), never trusts provider text as a status.
@@ -19,7 +20,6 @@ signature back on the same kind of part: ``thought`` (merged consecutive thought
 
 from __future__ import annotations
 
-import codecs
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
@@ -44,7 +44,21 @@ from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
 from callgate.engine.core.sse import SSEData, SSEEvent
 
-from ._vertex_args import PartialArg, StreamedArguments
+from ._gemini_wire import (
+    DECODER,
+    ERROR_DECODER,
+    JSON_DECODER,
+    LEAN_DECODER,
+    NO_USAGE,
+    Chunk,
+    Error,
+    FunctionCall,
+    Part,
+    continuation,
+    other_part,
+)
+from ._utf8 import is_utf8, utf8_len
+from ._vertex_args import StreamedArguments
 
 __all__ = ["ADAPTER", "FINISH_REASONS", "GeminiAdapter", "GeminiStream"]
 
@@ -78,121 +92,7 @@ FINISH_REASONS: dict[str, OutcomeKind] = {
 _RETRYABLE: Final = frozenset({429, 500, 503, "UNAVAILABLE", "RESOURCE_EXHAUSTED"})
 
 
-# --- wire views: only the fields read here (gc=False: decoded JSON has no cycles) ---------
-
-
-_NO_ARGS: Final = msgspec.Raw()
-_NO_USAGE: Final = (None, None, None, None)
-
-
-class _FunctionCall(msgspec.Struct, rename="camel", gc=False):
-    name: str | None = None
-    # Raw keeps the exact argument bytes; they go to the assembler unparsed.
-    args: msgspec.Raw = _NO_ARGS
-    id: str | None = None
-    will_continue: bool = False
-    partial_args: list[PartialArg] | None = None
-
-
-class _Part(msgspec.Struct, rename="camel", gc=False):
-    text: str | None = None
-    thought: bool = False
-    thought_signature: str | None = None
-    function_call: _FunctionCall | None = None
-    # Part kinds this adapter does not act on: kept as provider details.
-    executable_code: Any = None
-    code_execution_result: Any = None
-    inline_data: Any = None
-    file_data: Any = None
-
-
-class _Content(msgspec.Struct, gc=False):
-    parts: list[_Part] | None = None
-
-
-class _Candidate(msgspec.Struct, rename="camel", gc=False):
-    content: _Content | None = None
-    finish_reason: str | None = None
-
-
-class _UsageMeta(msgspec.Struct, rename="camel", gc=False):
-    prompt_token_count: int | None = None
-    candidates_token_count: int | None = None
-    thoughts_token_count: int | None = None
-    cached_content_token_count: int | None = None
-
-
-class _PromptFeedback(msgspec.Struct, rename="camel", gc=False):
-    block_reason: str | None = None
-
-
-class _Error(msgspec.Struct, gc=False):
-    code: int | None = None
-    message: str | None = None
-    status: str | None = None
-
-
-class _Chunk(msgspec.Struct, rename="camel", gc=False):
-    candidates: list[_Candidate] | None = None
-    usage_metadata: _UsageMeta | None = None
-    model_version: str | None = None
-    response_id: str | None = None
-    prompt_feedback: _PromptFeedback | None = None
-    error: _Error | None = None
-
-
-class _ErrorBody(msgspec.Struct, gc=False):
-    error: _Error | None = None
-
-
-class _LeanPart(msgspec.Struct, rename="camel", gc=False):
-    # Beside a functionCall, the other part fields are not read (see ``_part``).
-    function_call: _FunctionCall | None = None
-    thought_signature: str | None = None
-
-
-class _LeanContent(msgspec.Struct, gc=False):
-    parts: list[_LeanPart] | None = None
-
-
-class _LeanCandidate(msgspec.Struct, rename="camel", gc=False):
-    content: _LeanContent | None = None
-    finish_reason: str | None = None
-
-
-class _LeanChunk(msgspec.Struct, rename="camel", gc=False):
-    """A chunk read for what decides whether it only continues a Vertex streamed call
-    (``_continuation``); any other chunk is decoded again, whole."""
-
-    candidates: list[_LeanCandidate] | None = None
-    usage_metadata: _UsageMeta | None = None
-    error: msgspec.Raw = msgspec.Raw()  # present or not, that is all that is read
-
-
-_DECODER: Final = msgspec.json.Decoder(_Chunk)
-_LEAN_DECODER: Final = msgspec.json.Decoder(_LeanChunk)
-# The unframed body is an object, or (the non-SSE array format) a list of them.
-_ERROR_DECODER: Final = msgspec.json.Decoder(_ErrorBody | list[_ErrorBody])
-_JSON_DECODER: Final = msgspec.json.Decoder()
-
-
-def _is_utf8(data: bytes) -> bool:
-    """UTF-8 validity, checked in slices so that no decoded copy of it all is made."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    try:
-        for start in range(0, len(data), 1 << 16):
-            decoder.decode(data[start : start + (1 << 16)])
-        decoder.decode(b"", True)
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode())
-
-
-def _provider_error(error: _Error) -> ProviderError:
+def _provider_error(error: Error) -> ProviderError:
     code, status = error.code, error.status
     return ProviderError(
         ProviderErrorInfo(
@@ -230,7 +130,7 @@ class GeminiStream:
         self._part_pos = 0
         self._items = 0
         self._meta_sent = False
-        self._usage: tuple[int | None, ...] = _NO_USAGE
+        self._usage: tuple[int | None, ...] = NO_USAGE
         self._finish: str | None = None
         self._blocked: str | None = None
         self._vertex: StreamedArguments | None = None
@@ -249,7 +149,7 @@ class GeminiStream:
         """Translate a chunk's events in order. A Vertex chunk that only continues the
         streamed call's arguments (nearly every chunk of a long call) is applied right
         here; every other chunk goes through ``_chunk``, whole or not at all."""
-        decode, lean = _DECODER.decode, _LEAN_DECODER.decode
+        decode, lean = DECODER.decode, LEAN_DECODER.decode
         try:
             for event in events:
                 if event.unframed:
@@ -258,7 +158,7 @@ class GeminiStream:
                 vertex = self._vertex
                 if vertex is not None and self._thought_pos < 0 and self._meta_sent:
                     try:
-                        fc = _continuation(lean(event.data), self._usage)
+                        fc = continuation(lean(event.data), self._usage)
                     except msgspec.DecodeError:
                         fc = None  # the whole decode below names the problem
                     if fc is not None:
@@ -276,7 +176,7 @@ class GeminiStream:
             # msgspec's own guard against nesting (even in a field no view reads).
             raise StreamProtocolError("gemini: an event nests too deeply to decode") from None
 
-    def _chunk(self, chunk: _Chunk) -> list[EngineEvent]:
+    def _chunk(self, chunk: Chunk) -> list[EngineEvent]:
         if chunk.error is not None:
             return [_provider_error(chunk.error)]
         out: list[EngineEvent] = []
@@ -304,7 +204,7 @@ class GeminiStream:
                 meta.cached_content_token_count,
             )
             # Every chunk repeats the running usage; report only changes.
-            if counts not in (self._usage, _NO_USAGE):
+            if counts not in (self._usage, NO_USAGE):
                 self._usage = counts
                 out.append(
                     UsageReport(
@@ -331,7 +231,7 @@ class GeminiStream:
 
     # --- parts -----------------------------------------------------------------------
 
-    def _part(self, part: _Part, out: list[EngineEvent]) -> None:
+    def _part(self, part: Part, out: list[EngineEvent]) -> None:
         pos = self._part_pos
         self._part_pos = pos + 1
         fc = part.function_call
@@ -355,7 +255,7 @@ class GeminiStream:
             # A signature outside a thought or call belongs on a text part of the echo.
             self._item(out, "text_signature", pos, {"thoughtSignature": part.thought_signature})
         elif text is None:
-            other = _other_part(part)
+            other = other_part(part)
             if other is not None:
                 out.append(ProviderDetail("gemini_part", other))
 
@@ -367,7 +267,7 @@ class GeminiStream:
         if self._thought_pos < 0:
             self._thought_pos = pos
         if text:
-            self._thought_bytes += _utf8_len(text)
+            self._thought_bytes += utf8_len(text)
             if self._thought_bytes > self._limits.max_call_argument_bytes:
                 raise LimitExceeded(
                     "max_call_argument_bytes",
@@ -401,7 +301,7 @@ class GeminiStream:
 
     # --- function calls --------------------------------------------------------------
 
-    def _function_call(self, fc: _FunctionCall, out: list[EngineEvent]) -> int:
+    def _function_call(self, fc: FunctionCall, out: list[EngineEvent]) -> int:
         """Translate one functionCall part; returns the index of the call it belongs to."""
         vertex = self._vertex
         if fc.name is not None:
@@ -427,7 +327,7 @@ class GeminiStream:
             # The exact argument bytes, parsed as received (a JSON object is required,
             # the assembler checks). msgspec skips them unread, so the UTF-8 check of the
             # rest of the chunk is done here: invalid bytes make the chunk undecodable.
-            if not raw.isascii() and not _is_utf8(raw):
+            if not raw.isascii() and not is_utf8(raw):
                 raise StreamProtocolError(
                     f"gemini: functionCall {fc.name!r} args are not valid UTF-8"
                 )
@@ -461,7 +361,7 @@ class GeminiStream:
             self._junk_bytes = 0
             return []
         try:
-            body = _ERROR_DECODER.decode(text)
+            body = ERROR_DECODER.decode(text)
         except msgspec.DecodeError as exc:
             # A pretty-printed body may arrive one line per event: wait for the rest
             # (end() rejects a body that never completes). Anything else is garbage.
@@ -479,62 +379,13 @@ class GeminiStream:
         return [_provider_error(e) for e in errors]
 
 
-def _continuation(chunk: _LeanChunk, usage: tuple[int | None, ...]) -> _FunctionCall | None:
-    """The functionCall of a chunk that does nothing but continue a streamed call: no
-    error, one candidate part, a nameless functionCall that continues, no args, no
-    signature, no finish reason, no usage change (``usage`` is the last reported)."""
-    candidates = chunk.candidates
-    if not candidates or chunk.error:
-        return None
-    cand = candidates[0]
-    content = cand.content
-    if cand.finish_reason is not None or content is None:
-        return None
-    parts = content.parts
-    if parts is None or len(parts) != 1:
-        return None
-    part = parts[0]
-    fc = part.function_call
-    if (
-        fc is None
-        or fc.name is not None
-        or not fc.will_continue
-        or fc.args
-        or part.thought_signature
-    ):
-        return None
-    meta = chunk.usage_metadata
-    if meta is not None:
-        counts = (
-            meta.prompt_token_count,
-            meta.candidates_token_count,
-            meta.thoughts_token_count,
-            meta.cached_content_token_count,
-        )
-        if counts not in (usage, _NO_USAGE):
-            return None
-    return fc
-
-
-def _other_part(part: _Part) -> dict[str, Any] | None:
-    for key, value in (
-        ("executableCode", part.executable_code),
-        ("codeExecutionResult", part.code_execution_result),
-        ("inlineData", part.inline_data),
-        ("fileData", part.file_data),
-    ):
-        if value is not None:
-            return {key: value}
-    return None
-
-
 # --- encode side ---------------------------------------------------------------------------
 
 
 def _json_or_text(content: str) -> Any:
     """A result's content as a JSON value when it is JSON text, else the text itself."""
     try:
-        return _JSON_DECODER.decode(content)
+        return JSON_DECODER.decode(content)
     except msgspec.DecodeError:
         return content
 

@@ -50,6 +50,8 @@ from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
 from callgate.engine.core.sse import SSEEvent
 
+from ._utf8 import utf8_len
+
 __all__ = [
     "ADAPTER",
     "FINISH_REASONS",
@@ -152,10 +154,6 @@ _KINDS: Final = {
     "model_output": _OUTPUT,
     "text": _OUTPUT,
 }
-
-
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode())
 
 
 class _Step:
@@ -473,7 +471,7 @@ class GeminiInteractionsStream:
             )
 
     def _buffer(self, step: _Step, text: str) -> None:
-        step.nbytes += _utf8_len(text)
+        step.nbytes += utf8_len(text)
         if step.nbytes > self._limits.max_call_argument_bytes:
             raise LimitExceeded(
                 "max_call_argument_bytes",
