@@ -24,6 +24,14 @@ def utf8_len(text: str) -> int:
 
 def is_utf8(data: bytes) -> bool:
     """Whether ``data`` is valid UTF-8 (checked a slice at a time)."""
+    if len(data) <= _SLICE:
+        # One slice: a plain decode gives the same verdict at a third of the cost of
+        # setting up the incremental decoder (most argument texts are this short).
+        try:
+            data.decode()
+        except UnicodeDecodeError:
+            return False
+        return True
     decoder = codecs.getincrementaldecoder("utf-8")()
     try:
         for start in range(0, len(data), _SLICE):

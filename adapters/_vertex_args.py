@@ -41,6 +41,10 @@ class PartialArg(msgspec.Struct, rename="camel", gc=False):
 # One jsonPath segment: `.name` or `[digits]`. Quoted keys, wildcards and slices cannot be
 # rebuilt faithfully, so they do not match and the path is rejected.
 _SEGMENT: Final = re.compile(r"\.([^.\[\]'\"*]+)|\[(\d+)\]")
+# A path naming one top-level member: exactly what ``_parse_path`` reads as one key.
+_MEMBER: Final = re.compile(r"\$\.([^.\[\]'\"*]+)")
+# Arguments holding at most this many bytes (paths and text) are small enough to join.
+_FLAT = 1 << 16
 
 
 # A string leaf joins its newest pieces into one every this many pieces, so a long
@@ -113,6 +117,10 @@ class StreamedArguments:
         came (a call without arguments)."""
         if not self._leaves:
             return None
+        if self._nbytes <= _FLAT and self._limits.max_json_depth >= 1:
+            flat = self._flat()
+            if flat is not None:
+                return flat
         root: dict[str, Any] = {}
         max_depth = self._limits.max_json_depth
         for path, leaf in self._leaves.items():
@@ -126,6 +134,23 @@ class StreamedArguments:
         out: list[bytes | memoryview] = []
         _write(root, out)
         return b"".join(out)
+
+
+    def _flat(self) -> bytes | None:
+        """A small object of top-level members only (every path ``$.name``, the usual
+        shape) in one encode, or None for any other shape. The same bytes as the general
+        build: msgspec escapes every code point exactly as the stdlib escaper does, and
+        members keep their arrival order; distinct paths of this form are distinct keys."""
+        flat: dict[str, Any] = {}
+        match = _MEMBER.fullmatch
+        for path, leaf in self._leaves.items():
+            member = match(path)
+            if member is None:
+                return None
+            pieces = leaf.pieces
+            flat[member.group(1)] = "".join(pieces) if pieces is not None else leaf.value
+        self._leaves = {}
+        return msgspec.json.encode(flat)
 
 
 class _Text:

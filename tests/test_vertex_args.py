@@ -1,0 +1,119 @@
+"""Vertex ``partialArgs`` assembly: the one-encode build of a small flat object gives the
+very bytes of the general build (paths rebuilt into a tree, written piece by piece), and
+any other shape takes the general build."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from callgate.adapters import _vertex_args
+from callgate.adapters._vertex_args import PartialArg, StreamedArguments
+from callgate.engine.core.errors import LimitExceeded
+from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
+
+# Keys as _parse_path reads them, plus characters it rejects (a non-simple path).
+_KEY = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=8)
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+_SCALAR = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.none(),
+)
+
+
+def _piece(path: str, value: Any, more: bool = False) -> PartialArg:
+    if isinstance(value, str):
+        return PartialArg(path, string_value=value, will_continue=more)
+    if isinstance(value, bool):
+        return PartialArg(path, bool_value=value)
+    if value is None:
+        return PartialArg(path, null_value=None)
+    return PartialArg(path, number_value=value)
+
+
+@st.composite
+def _streams(draw: st.DrawFn) -> list[list[PartialArg]]:
+    """Members in arrival order: strings in 1-3 pieces, scalars whole."""
+    chunks: list[list[PartialArg]] = []
+    paths = draw(st.lists(_KEY, min_size=1, max_size=6, unique=True))
+    nested = draw(st.booleans())
+    for i, key in enumerate(paths):
+        path = f"$.{key}" if not (nested and i == 0) else f"$.{key}[0]"
+        if draw(st.booleans()):
+            texts = draw(st.lists(_TEXT, min_size=1, max_size=3))
+            for k, text in enumerate(texts):
+                chunks.append([_piece(path, text, more=k < len(texts) - 1)])
+        else:
+            chunks.append([_piece(path, draw(_SCALAR))])
+    return chunks
+
+
+def _build(chunks: list[list[PartialArg]], limits: Limits = DEFAULT_LIMITS) -> bytes | None:
+    args = StreamedArguments(0, limits)
+    for chunk in chunks:
+        args.add(chunk)
+    return args.build()
+
+
+def _outcome(chunks: list[list[PartialArg]]) -> tuple[str, Any]:
+    try:
+        return "ok", _build(chunks)
+    except Exception as exc:  # the general build's errors must be the fast one's too
+        return type(exc).__name__, str(exc)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_streams())
+def test_flat_build_equals_the_general_build(chunks: list[list[PartialArg]]) -> None:
+    fast = _outcome(chunks)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_vertex_args, "_FLAT", -1)  # every build takes the general path
+        general = _outcome(chunks)
+    assert fast == general
+
+
+def test_flat_build_is_one_object_in_arrival_order() -> None:
+    chunks = [
+        [_piece("$.b", "Ber", more=True)],
+        [_piece("$.b", 'l"in\n')],
+        [_piece("$.a", 7)],
+        [_piece("$.c", None)],
+    ]
+    raw = _build(chunks)
+    assert raw == b'{"b":"Berl\\"in\\n","a":7,"c":null}'
+    assert list(json.loads(raw)) == ["b", "a", "c"]
+
+
+def test_a_path_that_is_not_one_member_takes_the_general_build() -> None:
+    raw = _build([[_piece("$.a.b", 1)], [_piece("$.c[0]", "x")]])
+    assert raw == b'{"a":{"b":1},"c":["x"]}'
+
+
+def test_depth_cap_zero_rejects_even_a_flat_object() -> None:
+    with pytest.raises(LimitExceeded):
+        _build([[_piece("$.a", 1)]], Limits(max_json_depth=0))
+
+
+def test_large_arguments_take_the_general_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = _vertex_args._write
+
+    def spy(value: Any, out: list[Any]) -> None:
+        calls.append(1)
+        real(value, out)
+
+    monkeypatch.setattr(_vertex_args, "_write", spy)
+    text = "x" * (_vertex_args._FLAT + 1)
+    raw = _build([[_piece("$.a", text)]])
+    assert raw is not None and msgspec.json.decode(raw) == {"a": text}
+    assert calls  # over the size bound: written piece by piece
+    calls.clear()
+    assert _build([[_piece("$.a", "small")]]) == b'{"a":"small"}'
+    assert not calls  # small and flat: one encode
