@@ -54,6 +54,9 @@ __all__ = [
     "validate_turn",
 ]
 
+_ENCODER = msgspec.json.Encoder()
+_COPY_DECODER = msgspec.json.Decoder()
+
 
 class ApprovalDecision(msgspec.Struct, frozen=True, kw_only=True):
     """A human's decision on one call, as recorded by the approvals store.
@@ -174,7 +177,12 @@ def _validate_one(
         return _reject(call, ErrorCode.INVALID_ARGUMENTS, reason, spec)
 
     try:
-        args = msgspec.convert(call.arguments, spec.args_type, strict=True)
+        # From a private copy: convert shares nested dicts and lists with its input, and a
+        # handler may change what it is given in place, while the proposal (bound to its
+        # result, echoed to the provider, persisted) must stay what the model sent. A
+        # round trip through msgspec's JSON is exact for parsed arguments.
+        private = _COPY_DECODER.decode(_ENCODER.encode(call.arguments))
+        args = msgspec.convert(private, spec.args_type, strict=True)
     except msgspec.ValidationError as exc:
         detail = safe_validation_detail(str(exc))
         return _reject(call, ErrorCode.INVALID_ARGUMENTS, detail, spec, detail)

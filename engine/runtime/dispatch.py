@@ -14,8 +14,10 @@ first reconciled through the tool's ``reconcile`` hook and never retried blindly
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -159,15 +161,15 @@ async def _run_one(
 ) -> None:
     spec = item.spec
     tool_limiter = ctx.tool_limiter(spec)
-    if tool_limiter is None:
-        async with ctx.limiter:
-            result = await _run_limited(i, item, ctx, started)
-    else:
-        # The tool's own slot first: a call queued behind its tool must not hold one of
-        # the batch's slots meanwhile (calls of a slow, limited tool would otherwise
-        # starve every other tool). Always tool -> batch, so no lock-order deadlock.
-        async with tool_limiter, ctx.limiter:
-            result = await _run_limited(i, item, ctx, started)
+    # The tool's own slot first: a call queued behind its tool must not hold one of the
+    # batch's slots meanwhile (calls of a slow, limited tool would otherwise starve every
+    # other tool). Always tool -> batch, so no lock-order deadlock.
+    slots = _Slots(ctx.limiter if tool_limiter is None else (tool_limiter, ctx.limiter))
+    await slots.acquire()
+    try:
+        result = await _run_limited(i, item, ctx, started, slots)
+    finally:
+        slots.release()
     results[i] = result
     if ctx.progress is not None:
         await ctx.progress(
@@ -182,12 +184,18 @@ async def _run_one(
 
 
 async def _run_limited(
-    i: int, item: Executable, ctx: DispatchContext, started: list[float | None]
+    i: int, item: Executable, ctx: DispatchContext, started: list[float | None], slots: _Slots
 ) -> CallResult:
     spec = item.spec
-    key = spec.idempotency_key(ctx.auth.operation_id, item.args) if spec.is_side_effect else None
     start = ctx.clock()
     started[i] = start
+    key: str | None = None
+    key_error = ""
+    if spec.is_side_effect:
+        try:
+            key = spec.idempotency_key(ctx.auth.operation_id, item.args)
+        except Exception as exc:  # host code (idempotency_fields) or no canonical form
+            key_error = type(exc).__name__
 
     def done(
         model_result: dict[str, Any],
@@ -211,6 +219,10 @@ async def _run_limited(
             detail=detail,
         )
 
+    if key_error:
+        # No key, no ledger: a side effect must not run unprotected (fails closed).
+        detail = f"idempotency key not computable: {key_error}"
+        return done(_envelope(ErrorCode.HANDLER_ERROR), "handler_error", ran=False, detail=detail)
     owner = f"{ctx.worker_id}/{ctx.auth.operation_id}/{item.call.call_id}"
     store = ctx.store if key is not None else None
     if store is not None and key is not None:
@@ -240,16 +252,22 @@ async def _run_limited(
     ) as span:
         try:
             with anyio.fail_after(spec.timeout):
-                value = await _invoke(spec, item.args, tool_ctx)
+                value = await _invoke(spec, item.args, tool_ctx, slots)
         except TimeoutError:
             span.set_outcome("timeout", error=True)
+            if not spec.is_side_effect:
+                code = ErrorCode.TIMEOUT
+                return done(_envelope(code), code.value, ran=True, detail="tool deadline passed")
+            # The effect may have happened: never a "timeout" that invites a blind retry.
+            code = ErrorCode.OUTCOME_UNKNOWN
             if store is not None and key is not None:
                 with anyio.CancelScope(shield=True):
                     await store.ledger_mark_unknown(ctx.auth.tenant, key, owner, now=ctx.clock())
-                code = ErrorCode.OUTCOME_UNKNOWN
-            else:
-                code = ErrorCode.TIMEOUT
-            return done(_envelope(code), code.value, ran=True, detail="tool deadline passed")
+                # A retry under the same key is reconciled through the ledger.
+                return done(_envelope(code), code.value, ran=True, detail="tool deadline passed")
+            # No store, no ledger: nothing could reconcile a retry, so stop for a human.
+            detail = "tool deadline passed; no store to reconcile the effect"
+            return done(_envelope(code), code.value, ran=True, unresolved=True, detail=detail)
         except anyio.get_cancelled_exc_class():
             if store is not None and key is not None:
                 with anyio.CancelScope(shield=True):
@@ -296,12 +314,93 @@ def _shape(value: Any, spec: ToolSpec, ctx: DispatchContext) -> tuple[dict[str, 
     return model_result, "ok"
 
 
-async def _invoke(spec: ToolSpec, args: Any, tool_ctx: ToolContext) -> Any:
+async def _invoke(spec: ToolSpec, args: Any, tool_ctx: ToolContext, slots: _Slots) -> Any:
     if spec.is_async:
         return await spec.handler(args, tool_ctx)
-    return await anyio.to_thread.run_sync(
-        functools.partial(spec.handler, args, tool_ctx), abandon_on_cancel=True
-    )
+    run = slots.guard(functools.partial(spec.handler, args, tool_ctx))
+    try:
+        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+    except BaseException:
+        # Timed out or cancelled: the caller stops waiting, the thread may run on.
+        slots.abandon()
+        raise
+
+
+class _Slots:
+    """The limiter slots one call holds, and who gives them back.
+
+    Normally the call's task releases them when the call is answered. A sync handler
+    cannot be stopped: at its deadline the call is answered while its thread runs on, so
+    its slots pass to that thread, which releases them when the handler really returns
+    (otherwise ``max_concurrency`` and ``max_parallelism`` would not bound the handlers
+    actually running). A handler whose thread had not started by then never runs.
+    """
+
+    __slots__ = ("_handed_over", "_held", "_limiters", "_lock", "_skip", "_started")
+
+    def __init__(self, limiters: anyio.CapacityLimiter | tuple[anyio.CapacityLimiter, ...]) -> None:
+        self._limiters = limiters if isinstance(limiters, tuple) else (limiters,)
+        self._held: list[anyio.CapacityLimiter] = []
+        self._lock = threading.Lock()  # the thread and the task both read the flags
+        self._started = False
+        self._skip = False
+        self._handed_over = False
+
+    async def acquire(self) -> None:
+        try:
+            for limiter in self._limiters:
+                await limiter.acquire_on_behalf_of(self)
+                self._held.append(limiter)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """The call is answered: give the slots back, unless its thread holds them now."""
+        if self._handed_over:
+            return
+        held, self._held = self._held, []
+        for limiter in reversed(held):
+            limiter.release_on_behalf_of(self)
+
+    def guard(self, handler: Callable[[], Any]) -> Callable[[], Any]:
+        """``handler`` wrapped for the worker thread (see the class docstring)."""
+
+        def run() -> Any:
+            with self._lock:
+                if self._skip:
+                    return None  # answered before the thread started: do not run it now
+                self._started = True
+            try:
+                return handler()
+            finally:
+                with self._lock:
+                    self._started = False
+                    handed_over = self._handed_over
+                if handed_over:
+                    self._release_from_thread()
+
+        return run
+
+    def abandon(self) -> None:
+        """The task stopped waiting for the thread (deadline, cancellation)."""
+        with self._lock:
+            if self._started:
+                self._handed_over = True  # the thread gives the slots back
+            else:
+                self._skip = True  # not started (or already done): the task releases
+
+    def _release_from_thread(self) -> None:
+        held, self._held = self._held, []
+
+        def give_back() -> None:
+            for limiter in reversed(held):
+                limiter.release_on_behalf_of(self)
+
+        # Limiters belong to the event loop: release there. A loop that has ended took
+        # its limiters with it.
+        with contextlib.suppress(anyio.RunFinishedError):
+            anyio.from_thread.run_sync(give_back)
 
 
 async def _reconcile(  # noqa: PLR0917 - internal helper, called once

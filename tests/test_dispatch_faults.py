@@ -1,0 +1,270 @@
+"""Dispatch under host faults: a sync handler abandoned at its deadline keeps its
+concurrency slots until its thread really returns (and one whose thread had not started
+never runs); a side effect that times out is ``outcome_unknown``, never a retryable
+``timeout``, and without a store (nothing can reconcile a retry) it stops the operation;
+a failing ``idempotency_fields`` fails that call closed instead of crashing the batch; a
+handler that changes its arguments in place changes neither the request its result is
+bound to nor the call echoed back to the provider."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from callgate.engine.core.binding import request_digest
+from callgate.engine.core.outcome import ProposedCall
+from callgate.engine.core.registry import AuthContext, Registry, RiskClass, ToolContext, ToolSpec
+from callgate.engine.core.states import OpState
+from callgate.engine.core.validation import Executable, validate_turn
+from callgate.engine.runtime.audit_sink import MemoryAuditSink
+from callgate.engine.runtime.dispatch import DispatchContext, execute_calls
+from callgate.engine.runtime.replay import ReplayServer
+
+from .loop_helpers import make_runner, turn
+
+
+class N(msgspec.Struct, forbid_unknown_fields=True):
+    n: int
+
+
+AUTH = AuthContext(tenant="t", subject="s", operation_id="op_faults")
+
+
+def _executables(registry: Registry, names: list[str]) -> list[Executable]:
+    calls = [
+        ProposedCall(
+            index=i,
+            call_id=f"call_{i}",
+            name=name,
+            arguments={"n": i},
+            raw_arguments=f'{{"n":{i}}}'.encode(),
+        )
+        for i, name in enumerate(names)
+    ]
+    verdicts = validate_turn(calls, registry, AUTH)
+    assert all(isinstance(v, Executable) for v in verdicts)
+    return [v for v in verdicts if isinstance(v, Executable)]
+
+
+def _ctx(parallelism: int = 8, limiters: dict[str, Any] | None = None) -> DispatchContext:
+    return DispatchContext(
+        auth=AUTH,
+        store=None,
+        worker_id="w",
+        max_parallelism=parallelism,
+        max_result_bytes=64 * 1024,
+        clock=time.monotonic,
+        tool_limiters=limiters,
+    )
+
+
+class _Blocking:
+    """A sync handler that blocks until released; counts bodies running at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = self.peak = self.entered = 0
+        self.release = threading.Event()
+
+    def __call__(self, args: N, ctx: ToolContext) -> int:
+        with self.lock:
+            self.now += 1
+            self.entered += 1
+            self.peak = max(self.peak, self.now)
+        try:
+            self.release.wait(5.0)
+        finally:
+            with self.lock:
+                self.now -= 1
+        return args.n
+
+
+@pytest.mark.anyio
+async def test_an_abandoned_sync_handler_keeps_its_tool_slot_until_it_returns() -> None:
+    handler = _Blocking()
+    spec = ToolSpec(
+        name="one", description="d", args_type=N, handler=handler, timeout=0.1, max_concurrency=1
+    )
+    registry = Registry([spec])
+    limiters: dict[str, Any] = {}
+    with anyio.fail_after(10):
+        first = await execute_calls(
+            _executables(registry, ["one"] * 3), _ctx(limiters=limiters), remaining_seconds=0.5
+        )
+    # The first call timed out on time; the others waited for the slot its thread still
+    # holds (and were answered by the operation deadline, never run alongside it).
+    assert first[0].status == "timeout"
+    assert [r.status for r in first[1:]] == ["timeout", "timeout"]
+    assert handler.entered == 1 and handler.peak == 1
+    limiter = limiters["one"]
+    assert limiter.borrowed_tokens == 1  # still the thread's
+    handler.release.set()
+    with anyio.fail_after(5):
+        async with limiter:  # waits until the thread hands the slot back
+            pass
+    # The slot is usable again.
+    again = await execute_calls(
+        _executables(registry, ["one"]), _ctx(limiters=limiters), remaining_seconds=5
+    )
+    assert [r.status for r in again] == ["ok"] and handler.peak == 1
+
+
+@pytest.mark.anyio
+async def test_sync_handlers_over_their_deadline_never_exceed_the_batch_limit() -> None:
+    handler = _Blocking()
+    registry = Registry(
+        [ToolSpec(name="slow", description="d", args_type=N, handler=handler, timeout=0.05)]
+    )
+    try:
+        results = await execute_calls(
+            _executables(registry, ["slow"] * 6), _ctx(parallelism=2), remaining_seconds=0.6
+        )
+    finally:
+        handler.release.set()
+    assert len(results) == 6 and all(r.status == "timeout" for r in results)
+    assert handler.peak <= 2 and handler.entered == 2  # the rest never got a slot
+
+
+@pytest.mark.anyio
+async def test_a_handler_whose_thread_had_not_started_never_runs() -> None:
+    from callgate.engine.runtime.dispatch import _Slots
+
+    ran: list[int] = []
+    slots = _Slots(anyio.CapacityLimiter(1))
+    await slots.acquire()
+    run = slots.guard(lambda: ran.append(1))
+    slots.abandon()  # answered before any thread picked the work up
+    assert run() is None and ran == []
+    slots.release()  # the task gives the slot back itself
+    assert slots._limiters[0].borrowed_tokens == 0
+
+
+@pytest.mark.anyio
+async def test_a_side_effect_past_its_deadline_is_outcome_unknown_without_a_store() -> None:
+    async def write(args: N, ctx: ToolContext) -> int:
+        await anyio.sleep(5)
+        return args.n
+
+    async def read(args: N, ctx: ToolContext) -> int:
+        await anyio.sleep(5)
+        return args.n
+
+    registry = Registry(
+        [
+            ToolSpec(
+                name="w",
+                description="d",
+                args_type=N,
+                handler=write,
+                risk=RiskClass.WRITE,
+                timeout=0.05,
+            ),
+            ToolSpec(name="r", description="d", args_type=N, handler=read, timeout=0.05),
+        ]
+    )
+    results = await execute_calls(_executables(registry, ["w", "r"]), _ctx(), remaining_seconds=5)
+    assert [r.status for r in results] == ["outcome_unknown", "timeout"]
+    assert results[0].unresolved and not results[1].unresolved
+    assert results[0].model_result["error"]["code"] == "outcome_unknown"
+
+
+@pytest.mark.anyio
+async def test_without_a_store_a_timed_out_write_stops_the_operation_and_never_reruns() -> None:
+    effects: list[int] = []
+
+    async def charge(args: N, ctx: ToolContext) -> str:
+        effects.append(args.n)  # the effect happens, the confirmation is slow
+        await anyio.sleep(5)
+        return "charged"
+
+    registry = Registry(
+        [
+            ToolSpec(
+                name="charge",
+                description="d",
+                args_type=N,
+                handler=charge,
+                risk=RiskClass.WRITE,
+                timeout=0.1,
+            )
+        ]
+    )
+    provider = "openai_chat"
+    turns = [
+        turn(provider, calls=[("c1", "charge", '{"n":5}')]),
+        turn(provider, calls=[("c2", "charge", '{"n":5}')]),  # the model's retry
+        turn(provider, text="done"),
+    ]
+    async with ReplayServer(turns) as server:
+        runner, _ = make_runner(provider, server.base_url, registry)
+        result = await runner.start("go")
+        sent = len(server.requests)
+    assert result.state is OpState.ESCALATED
+    assert [(c.call_id, c.status) for c in result.calls] == [("c1", "outcome_unknown")]
+    assert effects == [5]  # never run again
+    assert sent == 1  # nothing more was asked of the model
+
+
+@pytest.mark.anyio
+async def test_a_failing_idempotency_fields_fails_that_call_closed() -> None:
+    ran: list[str] = []
+
+    async def handler(args: N, ctx: ToolContext) -> int:
+        ran.append(ctx.tool)
+        return args.n
+
+    def bad_fields(args: Any) -> Any:
+        raise KeyError("x")
+
+    registry = Registry(
+        [
+            ToolSpec(
+                name="w",
+                description="d",
+                args_type=N,
+                handler=handler,
+                risk=RiskClass.WRITE,
+                idempotency_fields=bad_fields,
+            ),
+            ToolSpec(name="r", description="d", args_type=N, handler=handler),
+        ]
+    )
+    results = await execute_calls(_executables(registry, ["r", "w"]), _ctx(), remaining_seconds=5)
+    assert [r.status for r in results] == ["ok", "handler_error"]
+    assert results[1].ran is False and "KeyError" in results[1].detail
+    assert ran == ["r"]  # the side effect never ran without its key
+
+
+class _Order(msgspec.Struct, forbid_unknown_fields=True):
+    order: dict[str, Any]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("provider", ["openai_chat", "anthropic", "gemini"])
+async def test_a_handler_changing_its_arguments_changes_neither_binding_nor_echo(
+    provider: str,
+) -> None:
+    async def place(args: _Order, ctx: ToolContext) -> str:
+        args.order["items"].append("injected")  # host code normalising its input in place
+        return "ok"
+
+    registry = Registry([ToolSpec(name="place", description="d", args_type=_Order, handler=place)])
+    proposed = {"order": {"items": ["a"]}}
+    turns = [
+        turn(provider, calls=[("c1", "place", msgspec.json.encode(proposed).decode())]),
+        turn(provider, text="done"),
+    ]
+    sink = MemoryAuditSink()
+    async with ReplayServer(turns) as server:
+        runner, _ = make_runner(provider, server.base_url, registry, audit=sink.write)
+        result = await runner.start("go")
+        follow_up = server.requests[1].body
+    assert result.state is OpState.COMPLETED
+    bound = next(r for r in sink.records if r.kind == "result")
+    assert bound.data["request_sha256"] == request_digest("place", proposed)
+    assert b"injected" not in follow_up  # the echo carries what the model proposed
