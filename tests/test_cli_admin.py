@@ -1,19 +1,18 @@
 """The operator commands run as real subprocesses (``python -m callgate.engine.cli``):
 approvals list/show/approve/deny and operations list/show/resume against a store prepared
 with the store API and a real paused run (SQLite file, and PostgreSQL when configured —
-skipped only when no server URL is set *and* CI is not set), and ``audit verify`` on an
-intact trail and on edited, deleted and reordered copies, each named at the right record.
+skipped only when no server URL is set *and* CI is not set), how the store URL is chosen,
+and the demo command's wiring. ``audit verify`` is in tests/test_cli_audit.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -21,54 +20,21 @@ import anyio
 import msgspec
 import pytest
 
-from callgate.engine.core.audit import AuditChain
 from callgate.engine.core.states import OpState
-from callgate.engine.runtime.audit_sink import JsonlAuditSink
 from callgate.engine.runtime.loop import Runner
 from callgate.engine.runtime.replay import ReplayServer, ReplayTurn
 from callgate.engine.runtime.transport import ProviderEndpoint
 from callgate.engine.store import ApprovalRecord, OperationRecord, open_store
 
+from .cli_helpers import CLI, ROOT, cli_env, parsed, run_all
 from .cli_tools import REGISTRY
 from .conftest import FIXTURES
 from .store_helpers import drop_schema, require_postgres, with_schema
 
-ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "callgate.engine.cli"]
 WEATHER_CALL = FIXTURES / "openai_chat" / "single_tool_call_get_weather.sse"
 FINAL = Path(__file__).parent / "streams" / "openai_chat_final_text.sse"
 NYC_CALL = "call_4XzlGBLtUe9dy3GVNV4jhq7h"
 ESC = "\x1b[2J"
-
-
-def cli_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "CALLGATE_STORE"}
-    env.update(extra)
-    return env
-
-
-def run_all(
-    *argvs: Sequence[str], env: dict[str, str] | None = None, cwd: Path = ROOT
-) -> list[subprocess.CompletedProcess[str]]:
-    """Run independent CLI invocations side by side (each a fresh process); none may end
-    in a traceback."""
-    procs = [
-        subprocess.Popen(
-            [*CLI, *argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=cwd,
-            env=env if env is not None else cli_env(),
-        )
-        for argv in argvs
-    ]
-    done = []
-    for argv, proc in zip(argvs, procs, strict=True):
-        out, err = proc.communicate(timeout=120)
-        assert "Traceback" not in err, err
-        done.append(subprocess.CompletedProcess([*CLI, *argv], proc.returncode, out, err))
-    return done
 
 
 def run_cli(
@@ -76,11 +42,6 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     (proc,) = run_all(args, env=env, cwd=cwd)
     return proc
-
-
-def parsed(proc: subprocess.CompletedProcess[str]) -> Any:
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 def ok_json(*args: str) -> Any:
@@ -461,162 +422,6 @@ def test_a_store_password_is_never_printed() -> None:
     assert unknown.returncode == 1 and "unknown store URL scheme 'mysql'" in unknown.stderr
     for proc in (flagged, from_env, helped, unknown):
         assert "hunter2" not in proc.stdout + proc.stderr
-
-
-# --- audit verify -------------------------------------------------------------------------
-
-
-async def _write_trail(path: Path, ops: list[str], n: int, secret: bytes | None) -> list[str]:
-    """n records per operation, interleaved in one file; returns each chain's head."""
-    chains = {op: AuditChain(secret=secret) for op in ops}
-    async with JsonlAuditSink(path) as sink:
-        for i in range(n):
-            for op in ops:
-                data = {"i": i, "arguments": {"password": "hunter2", "city": "Oslo"}}
-                await sink.write(
-                    chains[op].append("requested", ts=1000.0 + i, operation_id=op, data=data)
-                )
-    return [chains[op].head for op in ops]
-
-
-def trail(path: Path, n: int = 60, secret: bytes | None = None) -> str:
-    (head,) = anyio.run(_write_trail, path, ["op_a"], n, secret)
-    return str(head)
-
-
-def test_audit_verify_an_intact_trail(tmp_path: Path) -> None:
-    path = tmp_path / "audit.jsonl"
-    head = trail(path)
-    text, with_head, as_json = run_all(
-        ["audit", "verify", str(path)],
-        ["audit", "verify", str(path), "--expected-head", head],
-        ["audit", "verify", str(path), "--json"],
-    )
-    assert (text.returncode, text.stdout) == (0, f"ok: 60 records, head {head}\n")
-    assert with_head.returncode == 0
-    assert parsed(as_json) == {
-        "ok": True,
-        "records": 60,
-        "operation_id": None,
-        "head": head,
-        "first_broken": None,
-        "line": None,
-        "reason": "",
-    }
-    assert b"hunter2" not in path.read_bytes()  # the sink got redacted records
-
-
-def _edit(lines: list[bytes], k: int) -> list[bytes]:
-    return [*lines[:k], lines[k].replace(b'"Oslo"', b'"Bergen"'), *lines[k + 1 :]]
-
-
-@pytest.mark.parametrize(
-    ("tamper", "why"),
-    [
-        ("edited", "does not match its digest"),
-        ("deleted", "has seq 43, expected 42"),
-        ("reordered", "has seq 43, expected 42"),
-    ],
-)
-def test_audit_verify_names_the_first_tampered_record(
-    tmp_path: Path, tamper: str, why: str
-) -> None:
-    path = tmp_path / "audit.jsonl"
-    trail(path)
-    lines = path.read_bytes().splitlines(keepends=True)
-    if tamper == "edited":
-        lines = _edit(lines, 42)
-    elif tamper == "deleted":
-        del lines[42]
-    else:
-        lines[42], lines[43] = lines[43], lines[42]
-    bad = tmp_path / f"{tamper}.jsonl"
-    bad.write_bytes(b"".join(lines))
-    padded = tmp_path / "padded.jsonl"  # blank lines are skipped but still counted
-    padded.write_bytes(b"\n\n" + b"".join(lines))
-    text, as_json, shifted = run_all(
-        ["audit", "verify", str(bad)],
-        ["audit", "verify", str(bad), "--json"],
-        ["audit", "verify", str(padded)],
-    )
-    assert text.returncode == 1
-    assert text.stdout.startswith("record 42 (line 43): ")
-    assert why in text.stdout and "Bergen" not in text.stdout
-    assert as_json.returncode == 1
-    report = json.loads(as_json.stdout)
-    assert (report["ok"], report["first_broken"], report["line"]) == (False, 42, 43)
-    assert shifted.stdout.startswith("record 42 (line 45): ")
-
-
-def test_audit_verify_with_a_secret_and_an_expected_head(tmp_path: Path) -> None:
-    path = tmp_path / "audit.jsonl"
-    head = trail(path, n=10, secret=b"s3cret-key")
-    cut = tmp_path / "cut.jsonl"
-    cut.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:-1]))
-    keyed = ("--secret-env", "AUDIT_KEY")
-    good, unkeyed, wrong, unset, short, short_head = run_all(
-        ["audit", "verify", str(path), *keyed],
-        ["audit", "verify", str(path)],
-        ["audit", "verify", str(path), "--secret-env", "OTHER_KEY"],
-        ["audit", "verify", str(path), "--secret-env", "NO_SUCH_VAR"],
-        ["audit", "verify", str(cut), *keyed],
-        ["audit", "verify", str(cut), *keyed, "--expected-head", head],
-        env=cli_env(AUDIT_KEY="s3cret-key", OTHER_KEY="other"),
-    )
-    assert (good.returncode, good.stdout) == (0, f"ok: 10 records, head {head}\n")
-    assert unkeyed.returncode == 1 and unkeyed.stdout.startswith("record 0 (line 1): ")
-    assert wrong.returncode == 1 and wrong.stdout.startswith("record 0 (line 1): ")
-    assert unset.returncode == 2 and "NO_SUCH_VAR is not set" in unset.stderr
-    assert short.returncode == 0  # a chain cannot vouch for what follows it...
-    assert short_head.returncode == 1  # ...a head kept elsewhere can
-    assert short_head.stdout.startswith("record 9 (after line 9): the trail ends after 9 records")
-    for proc in (good, unkeyed, wrong, unset, short, short_head):
-        assert "s3cret" not in proc.stdout + proc.stderr
-
-
-def test_audit_verify_a_file_shared_by_several_operations(tmp_path: Path) -> None:
-    path = tmp_path / "audit.jsonl"
-    head_a, head_b = anyio.run(_write_trail, path, ["op_a", "op_b"], 5, None)
-    lines = path.read_bytes().splitlines(keepends=True)
-    bad = tmp_path / "bad.jsonl"
-    bad.write_bytes(b"".join(_edit(lines, 7)))  # line 8 is op_b's record 3
-    garbage = tmp_path / "garbage.jsonl"
-    garbage.write_bytes(b"".join(lines) + b"not json\n")
-    whole, only_b, every, tampered, unattributed = run_all(
-        ["audit", "verify", str(path)],
-        ["audit", "verify", str(path), "--operation", "op_b", "--expected-head", head_b],
-        ["audit", "verify", str(path), "--by-operation"],
-        ["audit", "verify", str(bad), "--by-operation"],
-        ["audit", "verify", str(garbage), "--operation", "op_a"],
-    )
-    assert whole.returncode == 1 and "--by-operation" in whole.stderr
-    assert (only_b.returncode, only_b.stdout) == (0, f"ok: 5 records, head {head_b}\n")
-    assert every.returncode == 0
-    assert every.stdout.splitlines() == [
-        "ok: 10 records in 2 operations",
-        f"op_a: ok: 5 records, head {head_a}",
-        f"op_b: ok: 5 records, head {head_b}",
-    ]
-    assert tampered.returncode == 1
-    assert tampered.stdout.splitlines() == [
-        f"op_a: ok: 5 records, head {head_a}",
-        "op_b: record 3 (line 8): does not match its digest (edited, or wrong secret)",
-    ]
-    assert unattributed.returncode == 1
-    assert unattributed.stdout.startswith("line 11: is not an audit record")
-
-
-def test_audit_verify_refuses_unusable_input(tmp_path: Path) -> None:
-    empty = tmp_path / "empty.jsonl"
-    empty.write_bytes(b"")
-    missing, both, nothing = run_all(
-        ["audit", "verify", str(tmp_path / "nope.jsonl")],
-        ["audit", "verify", str(empty), "--by-operation", "--expected-head", "ab"],
-        ["audit", "verify", str(empty)],
-    )
-    assert missing.returncode == 2 and "cannot read" in missing.stderr
-    assert both.returncode == 2 and "--operation" in both.stderr
-    assert (nothing.returncode, nothing.stdout) == (0, f"ok: 0 records, head {'0' * 64}\n")
 
 
 # --- demo -----------------------------------------------------------------------------

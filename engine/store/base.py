@@ -6,7 +6,7 @@ state transitions, the backends own only locking and I/O. It never does I/O and 
 reads a clock: every timestamp (``now``, ``created_at``...) is passed in by the caller, in
 epoch seconds, so a test or a recovery can place itself anywhere on the time line.
 
-Contract summary (the conformance suite in tests/test_store_conformance.py checks it);
+Contract summary (the conformance suite in tests/test_store_conformance*.py checks it);
 ``now`` is keyword-only everywhere, so a float cannot land in the wrong slot:
 
 Operations (optimistic concurrency + fencing):

@@ -1,0 +1,168 @@
+"""The Gemini generateContent adapter, encode side: thought signatures go back on the part
+they came on, and the echo, the function responses and the request have the shapes
+PROVIDERS.md §4a gives."""
+
+from __future__ import annotations
+
+import json
+
+from callgate.adapters.gemini import ADAPTER
+from callgate.engine.core.adapter import HttpRequestSpec, ModelResult, ToolDeclaration
+from callgate.engine.core.decode import decode
+from callgate.engine.core.outcome import OutcomeKind
+
+from .conftest import FIXTURES
+from .gemini_helpers import candidate, read
+
+# --- encode side ---------------------------------------------------------------------------
+
+
+def test_initial_messages() -> None:
+    assert ADAPTER.initial_messages("hi") == [{"role": "user", "parts": [{"text": "hi"}]}]
+
+
+def test_echo_puts_each_signature_back_on_its_call_part() -> None:
+    outcome = decode("gemini", [read("function_call_with_id_gemini3flash.sse")])
+    sig = outcome.continuation[0].item["thoughtSignature"]
+    assert ADAPTER.assistant_echo(outcome) == [
+        {
+            "role": "model",
+            "parts": [
+                {
+                    "functionCall": {"name": "get_user_country", "args": {}, "id": "96c1su3s"},
+                    "thoughtSignature": sig,
+                }
+            ],
+        }
+    ]
+
+
+def test_echo_of_vertex_calls_thought_first_and_derived_ids_omitted() -> None:
+    name = "vertex_partial_args_four_calls_incl_no_args.converted.sse"
+    outcome = decode("gemini", [read(name)])
+    [message] = ADAPTER.assistant_echo(outcome)
+    parts = message["parts"]
+    assert isinstance(parts, list)
+    assert parts[0]["thought"] is True and parts[0]["text"].startswith("**Processing")
+    calls = parts[1:]
+    assert [p["functionCall"] for p in calls] == [
+        {"name": "read_theme", "args": {}},
+        {"name": "read_screen", "args": {"id": "A"}},
+        {"name": "read_screen", "args": {"id": "B"}},
+        {"name": "read_screen", "args": {"id": "C"}},
+    ]
+    # Only the first call carried a signature, and it stays on that part.
+    assert "thoughtSignature" in calls[0]
+    assert all("thoughtSignature" not in p for p in calls[1:])
+
+
+def test_echo_keeps_a_text_signature_on_the_text_part() -> None:
+    chunks = [
+        candidate({"text": "think", "thought": True}),
+        candidate({"text": "Hello"}),
+        candidate({"text": "", "thoughtSignature": "SIG"}, finish="STOP"),
+    ]
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
+    outcome = decode("gemini", [body])
+    assert outcome.kind is OutcomeKind.FINAL_TEXT
+    assert ADAPTER.assistant_echo(outcome) == [
+        {
+            "role": "model",
+            "parts": [
+                {"text": "think", "thought": True},
+                {"text": "Hello", "thoughtSignature": "SIG"},
+            ],
+        }
+    ]
+
+
+def test_results_are_function_responses_with_ids_only_for_provider_ids() -> None:
+    with_id = decode("gemini", [read("function_call_with_id_gemini3flash.sse")])
+    [call] = with_id.calls
+    assert ADAPTER.encode_results(
+        with_id, [ModelResult(call.call_id, call.name, '{"country":"FR"}')]
+    ) == [
+        {
+            "role": "user",
+            "parts": [
+                {
+                    "functionResponse": {
+                        "name": "get_user_country",
+                        "id": "96c1su3s",
+                        "response": {"output": {"country": "FR"}},
+                    }
+                }
+            ],
+        }
+    ]
+    derived = decode("gemini", [read("single_function_call_gemini20.sse")])
+    [call] = derived.calls
+    results = [
+        ModelResult(call.call_id, "get_capital", "not json, plain text"),
+        ModelResult(call.call_id, "get_capital", '"tool failed"', is_error=True),
+    ]
+    assert ADAPTER.encode_results(derived, results) == [
+        {
+            "role": "user",
+            "parts": [
+                {
+                    "functionResponse": {
+                        "name": "get_capital",
+                        "response": {"output": "not json, plain text"},
+                    }
+                },
+                {"functionResponse": {"name": "get_capital", "response": {"error": "tool failed"}}},
+            ],
+        }
+    ]
+    assert ADAPTER.encode_results(derived, []) == []
+
+
+def test_build_request_and_auth() -> None:
+    tool = ToolDeclaration("get_weather", "Weather by city", {"type": "object"})
+    messages = ADAPTER.initial_messages("hi")
+    spec = ADAPTER.build_request(
+        model="gemini-2.5-flash", messages=messages, tools=[tool], system="sys", max_tokens=99
+    )
+    assert spec == HttpRequestSpec(
+        path="/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+        body={
+            "contents": messages,
+            "tools": [
+                {
+                    "functionDeclarations": [
+                        {
+                            "name": "get_weather",
+                            "description": "Weather by city",
+                            "parameters": {"type": "object"},
+                        }
+                    ]
+                }
+            ],
+            "systemInstruction": {"parts": [{"text": "sys"}]},
+            "generationConfig": {"maxOutputTokens": 99},
+        },
+    )
+    bare = ADAPTER.build_request(model="m", messages=[], tools=[])
+    assert bare.body == {"contents": []}
+    assert ADAPTER.auth_headers("k") == {"x-goog-api-key": "k"}
+
+
+def test_callgate_envelopes_are_not_double_nested_in_function_responses() -> None:
+    from callgate.adapters.gemini import ADAPTER as GEMINI
+    from callgate.engine.core.adapter import ModelResult as _MR
+    from callgate.engine.core.decode import decode as _decode
+
+    body = (FIXTURES / "gemini" / "function_call_with_id_gemini3flash.sse").read_bytes()
+    outcome = _decode("gemini", [body])
+    call = outcome.calls[0]
+    (content,) = GEMINI.encode_results(
+        outcome,
+        [
+            _MR(call.call_id, call.name, '{"error":{"code":"denied","message":"no"}}', True),
+            _MR(call.call_id, call.name, '{"result":{"country":"FR"}}'),
+        ],
+    )
+    err, ok = (p["functionResponse"]["response"] for p in content["parts"])
+    assert err == {"error": {"code": "denied", "message": "no"}}
+    assert ok == {"output": {"country": "FR"}}
