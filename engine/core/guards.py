@@ -80,9 +80,10 @@ class Budgets(msgspec.Struct, frozen=True, kw_only=True):
     # with new information in between. Three allows a short poll; a longer poll should
     # carry a cursor or attempt number in its arguments.
     duplicate_threshold: int = 3
-    # Consecutive futile turns (every call a duplicate_call or no_progress) before the
-    # operation is ESCALATED: the model got a structured no_progress result twice and
-    # still did not change course.
+    # Consecutive futile turns (every call a duplicate_call or no_progress, or refused
+    # exactly as the same call was in an earlier turn) before the operation is
+    # ESCALATED: the model got the same structured refusal twice and still did not
+    # change course.
     no_progress_limit: int = 3
 
     def __post_init__(self) -> None:
@@ -192,6 +193,10 @@ class _Admitted(msgspec.Struct, frozen=True, kw_only=True):
     admission: Admission
 
 
+# Refusals remembered per operation for ``repeats_rejection`` (bounds the snapshot).
+_MAX_REJECTIONS = 512
+
+
 class _State(msgspec.Struct, kw_only=True):
     version: int = 1
     turns: int = 0
@@ -211,6 +216,8 @@ class _State(msgspec.Struct, kw_only=True):
     no_progress_streak: int = 0
     streak_before_turn: int = 0
     streak_turn: int = -1
+    # fingerprint of a refused call (tool, arguments, error code) -> turn first refused
+    rejections: dict[str, int] = {}
 
 
 class BudgetTracker:
@@ -448,9 +455,23 @@ class BudgetTracker:
 
     # --- progress -------------------------------------------------------------------
 
+    def repeats_rejection(self, fingerprint: str) -> bool:
+        """Whether a refused call repeats one refused the same way in an earlier turn (the
+        model already had that answer: the call is futile). Records it otherwise, the
+        oldest dropped past ``_MAX_REJECTIONS``. Idempotent per turn."""
+        s = self._s
+        first = s.rejections.get(fingerprint)
+        if first is not None:
+            return first < s.turns
+        if len(s.rejections) >= _MAX_REJECTIONS:
+            del s.rejections[next(iter(s.rejections))]
+        s.rejections[fingerprint] = s.turns
+        return False
+
     def record_validation(self, calls: int, futile: int) -> ExhaustedBudget | None:
         """Update the no-progress counter after validating this turn's ``calls``, of which
-        ``futile`` were refused as duplicate_call or no_progress. A turn whose every call
+        ``futile`` were refused as duplicate_call or no_progress, or as in an earlier turn
+        (``repeats_rejection``). A turn whose every call
         was futile extends the streak; any other call resets it; zero calls change
         nothing. Idempotent per turn (revalidation recomputes, it does not add). Returns
         the ``NO_PROGRESS`` exhaustion once the streak reaches ``no_progress_limit``."""

@@ -23,12 +23,13 @@ and never looks a tool up anywhere but the registry it is given.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
-from .canonical import digests_equal
+from .canonical import digest_fields, digests_equal, sha256_hex
 from .envelope import ErrorCode, ErrorEnvelope, safe_validation_detail
 from .errors import ConfigError
 from .guards import BudgetTracker
@@ -103,6 +104,7 @@ class Executable(msgspec.Struct, frozen=True, kw_only=True):
 Verdict = Rejected | NeedsApproval | Executable
 
 _FUTILE = frozenset({ErrorCode.DUPLICATE_CALL, ErrorCode.NO_PROGRESS})
+_REFUSAL = "callgate/refusal/v1"
 
 
 def validate_turn(
@@ -131,9 +133,29 @@ def validate_turn(
         seen.add(call.call_id)
         verdicts.append(verdict)
     if guards is not None:
-        futile = sum(1 for v in verdicts if isinstance(v, Rejected) and v.envelope.code in _FUTILE)
+        futile = sum(1 for v in verdicts if isinstance(v, Rejected) and _futile(v, guards))
         guards.record_validation(len(verdicts), futile)
     return verdicts
+
+
+def _futile(verdict: Rejected, guards: BudgetTracker) -> bool:
+    """A refusal that tells the model nothing new: a duplicate, no progress, or the very
+    refusal the same call got in an earlier turn (an unknown tool or bad arguments sent
+    again unchanged would otherwise keep a loop going until max_turns)."""
+    code = verdict.envelope.code
+    if code in _FUTILE:
+        return True
+    if code is ErrorCode.BUDGET_EXHAUSTED:
+        return False  # the budget stops the operation itself
+    call = verdict.call
+    fingerprint = None
+    if call.arguments is not None:
+        with contextlib.suppress(ConfigError):
+            fingerprint = digest_fields(_REFUSAL, call.name, code.value, call.arguments)
+    if fingerprint is None:  # unparsed, or no canonical form: the exact bytes sent
+        raw = sha256_hex(call.raw_arguments)
+        fingerprint = digest_fields(_REFUSAL, call.name, code.value, raw)
+    return guards.repeats_rejection(fingerprint)
 
 
 def turn_input(verdicts: Sequence[Verdict]) -> OpInput:
