@@ -268,3 +268,45 @@ async def test_a_handler_changing_its_arguments_changes_neither_binding_nor_echo
     bound = next(r for r in sink.records if r.kind == "result")
     assert bound.data["request_sha256"] == request_digest("place", proposed)
     assert b"injected" not in follow_up  # the echo carries what the model proposed
+
+
+@pytest.mark.anyio
+async def test_a_reconcile_that_finds_nothing_gives_the_key_back_as_unknown(
+    tmp_path: Any,
+) -> None:
+    from callgate.engine.store.base import LedgerState
+    from callgate.engine.store.sqlite import SQLiteStore
+
+    async def charge(args: N, ctx: ToolContext) -> int:
+        raise AssertionError("an unknown outcome is never retried blindly")
+
+    async def nothing_found(key: str, args: Any) -> Any:
+        return None
+
+    spec = ToolSpec(
+        name="charge",
+        description="d",
+        args_type=N,
+        handler=charge,
+        risk=RiskClass.WRITE,
+        reconcile=nothing_found,
+    )
+    registry = Registry([spec])
+    (item,) = _executables(registry, ["charge"])
+    key = spec.idempotency_key(AUTH.operation_id, item.args)
+    async with SQLiteStore(str(tmp_path / "cg.db")) as store:
+        # An earlier attempt timed out: the key is unknown.
+        await store.ledger_begin(AUTH.tenant, key, item.args_digest, "earlier", now=1.0)
+        await store.ledger_mark_unknown(AUTH.tenant, key, "earlier", now=2.0)
+        ctx = DispatchContext(
+            auth=AUTH,
+            store=store,
+            worker_id="w",
+            max_parallelism=4,
+            max_result_bytes=64 * 1024,
+            clock=lambda: 3.0,
+        )
+        (result,) = await execute_calls([item], ctx, remaining_seconds=5)
+        row = await store.ledger_get(AUTH.tenant, key)
+    assert result.status == "outcome_unknown" and result.unresolved and not result.ran
+    assert row is not None and row.state is LedgerState.UNKNOWN and row.owner is None

@@ -423,6 +423,10 @@ async def _reconcile(  # noqa: PLR0917 - internal helper, called once
         except Exception:
             found = None
     if found is None:
+        # Give the key back (still unknown, no owner): a later attempt may reconcile at
+        # once instead of finding it in flight until its lease runs out.
+        with anyio.CancelScope(shield=True):
+            await store.ledger_mark_unknown(ctx.auth.tenant, key, owner, now=ctx.clock())
         code = ErrorCode.OUTCOME_UNKNOWN
         result: CallResult = done(
             _envelope(code),
