@@ -135,7 +135,6 @@ class StreamedArguments:
         _write(root, out)
         return b"".join(out)
 
-
     def _flat(self) -> bytes | None:
         """A small object of top-level members only (every path ``$.name``, the usual
         shape) in one encode, or None for any other shape. The same bytes as the general

@@ -13,10 +13,11 @@ partial results kept, never with an exception.
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -25,7 +26,7 @@ import msgspec
 
 from callgate.engine.core.adapter import EncodeSide, load_adapter
 from callgate.engine.core.audit import AuditChain, AuditRecord
-from callgate.engine.core.errors import ConfigError, StoreError
+from callgate.engine.core.errors import ConfigError, StaleWriteError, StoreError
 from callgate.engine.core.guards import Budgets, BudgetTracker
 from callgate.engine.core.ids import new_operation_id
 from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
@@ -38,8 +39,8 @@ from callgate.engine.core.states import (
 from callgate.engine.core.validation import (
     ApprovalDecision,
 )
-from callgate.engine.store.base import ApprovalStatus, OperationRecord, Store
-from callgate.engine.store.errors import ApprovalExpired
+from callgate.engine.store.base import ApprovalRecord, ApprovalStatus, OperationRecord, Store
+from callgate.engine.store.errors import ApprovalAlreadyConsumed, ApprovalExpired
 
 from .operation import SNAPSHOT_DECODER, CallSummary, OperationResult, OperationSnapshot
 from .progress import (
@@ -54,10 +55,26 @@ AuditWriter = Callable[[AuditRecord], Awaitable[None]]
 
 __all__ = ["CallSummary", "OperationResult", "Runner"]
 
+# How long the shielded release of a claim after a failed drive may take. It is one read
+# and one write; 10 s rides out a briefly busy store, and the bound keeps a cancelled task
+# from being held by a store that stopped answering. A release that does not finish leaves
+# the claim to ``claim_stale_after``.
+_RELEASE_TIMEOUT = 10.0
+
 
 class Runner:
     """Drives operations for one provider/model/registry. Reusable and concurrency-safe
-    across operations; each ``start``/``resume`` call drives one operation."""
+    across operations; each ``start``/``resume`` call drives one operation.
+
+    ``claim_stale_after`` (seconds, default None): lets ``resume`` take over a paused
+    operation still claimed by a worker that has not written it for that long — one that
+    died mid-resume (a failure that raises releases its claim itself). None keeps claims
+    exclusive until their owner releases them. A worker writes the operation only when it
+    claims it and when its drive ends, so the value must exceed the longest drive (the
+    ``deadline_seconds`` budget, handler deadlines included) plus clock skew between
+    workers: a live drive taken over is fenced at its final write, and the idempotency
+    ledger keeps its side effects single, but its model requests are repeated.
+    """
 
     def __init__(
         self,
@@ -79,11 +96,17 @@ class Runner:
         progress: Callable[[ProgressEvent], Awaitable[None]] | None = None,
         worker_id: str | None = None,
         approval_ttl: float = 3600.0,
+        claim_stale_after: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         adapter = load_adapter(provider)
         if not isinstance(adapter, EncodeSide):
             raise ConfigError(f"adapter {provider!r} has no encode side")
+        if claim_stale_after is not None and not (
+            math.isfinite(claim_stale_after) and claim_stale_after > 0
+        ):
+            # 0 would let every resume steal a live claim; inf or NaN would never take over.
+            raise ConfigError(f"claim_stale_after must be > 0 seconds, not {claim_stale_after!r}")
         self.provider = provider
         self.model = model
         self.registry = registry
@@ -102,6 +125,7 @@ class Runner:
         self._progress = progress
         self.worker_id = worker_id or "w_" + secrets.token_hex(6)
         self._approval_ttl = approval_ttl
+        self._claim_stale_after = claim_stale_after
         self._clock = clock
         # Per-tool concurrency limits hold across every operation this runner drives.
         self._tool_limiters: dict[str, anyio.CapacityLimiter] = {}
@@ -132,44 +156,53 @@ class Runner:
             messages=list(self._adapter.initial_messages(prompt)),
             tracker=BudgetTracker(self.budgets, now=now).snapshot(now),
         )
-        lease: tuple[int, int] | None = None
-        if self.store is not None:
-            record = await self.store.create_operation(
-                OperationRecord(
-                    operation_id=snap.operation_id,
-                    tenant=tenant,
-                    subject=subject,
-                    state=snap.state.value,
-                    snapshot=msgspec.json.encode(snap),
-                    created_at=now,
-                    updated_at=now,
-                    owner=self.worker_id,
-                    fencing_token=1,
-                )
+        if self.store is None:
+            return await self._drive(snap, None)
+        record = await self.store.create_operation(
+            OperationRecord(
+                operation_id=snap.operation_id,
+                tenant=tenant,
+                subject=subject,
+                state=snap.state.value,
+                snapshot=msgspec.json.encode(snap),
+                created_at=now,
+                updated_at=now,
+                owner=self.worker_id,
+                fencing_token=1,
             )
-            lease = (record.version, record.fencing_token)
-        return await self._drive(snap, lease)
+        )
+        async with self._released_on_failure(snap.operation_id, record.fencing_token):
+            return await self._drive(snap, (record.version, record.fencing_token))
 
     async def resume(self, operation_id: str) -> OperationResult:
         """Continue an operation paused for approval, from any worker and process. Exactly
-        one concurrent caller wins the claim; the others get the state as it stands."""
+        one concurrent caller wins the claim; the others get the state as it stands. If
+        this resume raises (or is cancelled), its claim is released before the error
+        propagates, so the next resume by any worker can proceed."""
         store = self._need_store()
         now = self._clock()
         token = await store.claim_operation(
-            operation_id, self.worker_id, now=now, from_states=[OpState.WAITING_APPROVAL.value]
+            operation_id,
+            self.worker_id,
+            now=now,
+            from_states=[OpState.WAITING_APPROVAL.value],
+            stale_after=self._claim_stale_after,
         )
-        record = await store.get_operation(operation_id)
-        if record is None:
-            raise StoreError(f"no operation {operation_id}")
-        snap = SNAPSHOT_DECODER.decode(record.snapshot)
-        if token is None or record.owner != self.worker_id:
-            return self._result(snap)  # not claimable (another worker, or not paused)
-        lease = (record.version, token)
-        decisions = await self._collect_decisions(snap, store, now)
-        if decisions is None:  # someone has not decided yet: stay paused, release
-            await self._persist(snap, lease, release=True)
-            return self._result(snap)
-        return await self._drive(snap, lease, decisions=decisions)
+        if token is None:  # not claimable (another worker holds it, or not paused)
+            return self._result(await self._load(operation_id))
+        async with self._released_on_failure(operation_id, token):
+            record = await store.get_operation(operation_id)
+            if record is None:
+                raise StoreError(f"no operation {operation_id}")
+            snap = SNAPSHOT_DECODER.decode(record.snapshot)
+            if record.owner != self.worker_id or record.fencing_token != token:
+                return self._result(snap)  # taken over since our claim: no longer ours
+            lease = (record.version, token)
+            decisions = await self._collect_decisions(snap, store, now)
+            if decisions is None:  # someone has not decided yet: stay paused, release
+                await self._persist(snap, lease, release=True)
+                return self._result(snap)
+            return await self._drive(snap, lease, decisions=decisions)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -215,44 +248,127 @@ class Runner:
     async def _collect_decisions(
         self, snap: OperationSnapshot, store: Store, now: float
     ) -> dict[str, ApprovalDecision] | None:
-        """The human decisions for the paused turn, consuming each approval once. None if
-        some approval is still pending and unexpired."""
-        out: dict[str, ApprovalDecision] = {}
+        """The human decisions for the paused turn, or None (nothing consumed) while some
+        approval is still pending and unexpired."""
+        # Two passes: read every approval before consuming any. Consuming the decided ones
+        # while another is still pending would spend them on a resume that stays paused,
+        # and the next resume would find them consumed.
+        records: dict[str, ApprovalRecord] = {}
         for call_id, approval_id in snap.approvals.items():
             record = await store.get_approval(approval_id)
             if record is None:
                 raise StoreError(f"approval {approval_id} vanished")
-            expired = False
-            approved = False
-            if record.status is ApprovalStatus.APPROVED:
-                try:
-                    record = await store.consume_approval(approval_id, now=now)
-                    approved = True
-                except ApprovalExpired:  # approved too late; other store errors propagate
-                    expired = True
-            elif record.status is ApprovalStatus.PENDING:
-                if now < record.expires_at:
-                    return None
-                # Nobody decided in time: record the expiry in the store (consuming an
-                # expired approval marks it expired and refuses), so it is never approvable.
-                with contextlib.suppress(ApprovalExpired):
-                    await store.consume_approval(approval_id, now=now)
-                expired = True
-            elif record.status in (ApprovalStatus.EXPIRED,):
-                expired = True
-            spec = self.registry.get(record.tool)
-            if approved and (spec is None or spec.schema_version != record.schema_version):
-                # The person approved a call under another tool contract: that approval
-                # does not carry over (revalidation then answers denied or unknown_tool).
-                approved = False
-            out[call_id] = ApprovalDecision(
-                approval_id=approval_id,
-                call_id=call_id,
-                args_digest=record.args_digest,
-                approved=approved,
-                expired=expired,
-            )
+            if record.status is ApprovalStatus.PENDING and now < record.expires_at:
+                return None
+            records[call_id] = record
+        out: dict[str, ApprovalDecision] = {}
+        for call_id, record in records.items():
+            out[call_id] = await self._decision(snap, call_id, record, store, now)
         return out
+
+    async def _decision(
+        self,
+        snap: OperationSnapshot,
+        call_id: str,
+        record: ApprovalRecord,
+        store: Store,
+        now: float,
+    ) -> ApprovalDecision:
+        """Settle one approval of the paused turn in the store (consume it, or record its
+        expiry) and say whether it authorizes the call."""
+        expired = False
+        approved = False
+        if record.status in (ApprovalStatus.APPROVED, ApprovalStatus.PENDING):
+            # A pending row here is past its expiry (pass one waits otherwise): consuming it
+            # records the expiry in the store, so it is never approvable later.
+            try:
+                await store.consume_approval(record.approval_id, now=now)
+                approved = True
+            except ApprovalExpired:  # approved too late, or never decided in time
+                expired = True
+            except ApprovalAlreadyConsumed:  # consumed since pass one: as CONSUMED below
+                approved = True
+            # Other store errors propagate; the failed resume releases its claim, and the
+            # next resume reads the approvals again.
+        elif record.status is ApprovalStatus.CONSUMED:
+            # Consumed by an earlier resume of this same operation that did not finish: an
+            # approval belongs to one call of one operation (checked below) and the claim
+            # makes resumes exclusive, so nobody else spent it. The human's decision
+            # stands; if that attempt already ran the call, the idempotency ledger answers
+            # it instead of running the side effect again.
+            approved = True
+        elif record.status is ApprovalStatus.EXPIRED:
+            expired = True
+        spec = self.registry.get(record.tool)
+        bound = (
+            record.operation_id == snap.operation_id
+            and record.call_id == call_id
+            and spec is not None
+            and spec.schema_version == record.schema_version
+            and spec.policy_revision == record.policy_revision
+        )
+        if approved and not bound:
+            # The person approved this call under another tool contract or policy revision
+            # (or the row is another call's): that approval does not carry over, and
+            # revalidation answers denied or unknown_tool.
+            approved = False
+        return ApprovalDecision(
+            approval_id=record.approval_id,
+            call_id=call_id,
+            args_digest=record.args_digest,
+            approved=approved,
+            expired=expired,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _released_on_failure(self, operation_id: str, token: int) -> AsyncIterator[None]:
+        """Release the claim held under ``token`` if the body raises or is cancelled."""
+        try:
+            yield
+        except BaseException as exc:
+            await self._release(operation_id, token, exc)
+            raise
+
+    async def _release(self, operation_id: str, token: int, exc: BaseException) -> None:
+        # Only the owner changes: the snapshot stays the one last persisted (the pause, or
+        # the operation as created). The failed drive's in-memory snapshot may stop
+        # mid-step — state advanced past the pause, approvals cleared, results bound but
+        # never sent — and persisting it could lose the pause or skip work. Replaying from
+        # the last persisted point is safe: consumed approvals still count (``_decision``)
+        # and the idempotency ledger answers calls that already ran. The cost: the failed
+        # attempt's audit records stay in the sink, and the retry's records chain again
+        # from the persisted head (a branch in the trail that shows both attempts).
+        store = self._need_store()
+        deadline = anyio.current_time() + _RELEASE_TIMEOUT
+        with anyio.CancelScope(shield=True, deadline=deadline) as scope:
+            try:
+                record = await store.get_operation(operation_id)
+                if record is None or record.owner is None or record.fencing_token != token:
+                    return  # released by the drive itself, or taken over: not ours now
+                await store.save_operation(
+                    msgspec.structs.replace(record, owner=None, updated_at=self._clock()),
+                    expected_version=record.version,
+                    fencing_token=token,
+                )
+                return
+            except StaleWriteError:
+                return  # another worker took the operation over meanwhile
+            except Exception as err:  # the original failure must still reach the caller
+                exc.add_note(
+                    f"callgate: releasing the claim on {operation_id} failed too "
+                    f"({type(err).__name__}); it stays claimed until claim_stale_after"
+                )
+        if scope.cancelled_caught:
+            exc.add_note(
+                f"callgate: releasing the claim on {operation_id} timed out; it stays "
+                "claimed until claim_stale_after"
+            )
+
+    async def _load(self, operation_id: str) -> OperationSnapshot:
+        record = await self._need_store().get_operation(operation_id)
+        if record is None:
+            raise StoreError(f"no operation {operation_id}")
+        return SNAPSHOT_DECODER.decode(record.snapshot)
 
     async def _persist(
         self, snap: OperationSnapshot, lease: tuple[int, int], *, release: bool
