@@ -28,7 +28,6 @@ from .base import (
     Began,
     LedgerDecision,
     LedgerRecord,
-    LedgerState,
     OperationRecord,
     Store,
 )
@@ -37,7 +36,7 @@ from .errors import DuplicateRecord, RecordNotFound
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(Store):
+class MemoryStore(rules.LedgerMoves, Store):
     """Unit tests only: see the module docstring."""
 
     def __init__(self) -> None:
@@ -187,7 +186,7 @@ class MemoryStore(Store):
             self._ledger[(tenant, key)] = write
         return decision
 
-    async def _change(
+    async def _ledger_change(
         self, tenant: str, key: str, change: Callable[[LedgerRecord], LedgerRecord]
     ) -> LedgerRecord:
         await self._enter()
@@ -196,39 +195,6 @@ class MemoryStore(Store):
             raise RecordNotFound(f"no ledger row for ({tenant!r}, {key!r})")
         new = self._ledger[(tenant, key)] = change(current)
         return new
-
-    async def ledger_finish(
-        self,
-        tenant: str,
-        key: str,
-        owner: str,
-        state: LedgerState,
-        result: bytes | None,
-        *,
-        now: float,
-    ) -> LedgerRecord:
-        return await self._change(
-            tenant, key, lambda cur: rules.finish(cur, owner, state, result, now)
-        )
-
-    async def ledger_mark_unknown(
-        self, tenant: str, key: str, owner: str, *, now: float
-    ) -> LedgerRecord:
-        return await self._change(tenant, key, lambda cur: rules.mark_unknown(cur, owner, now))
-
-    async def ledger_resolve_unknown(
-        self,
-        tenant: str,
-        key: str,
-        owner: str,
-        state: LedgerState,
-        result: bytes | None,
-        *,
-        now: float,
-    ) -> LedgerRecord:
-        return await self._change(
-            tenant, key, lambda cur: rules.resolve_unknown(cur, owner, state, result, now)
-        )
 
     async def prune_ledger(self, *, now: float, older_than: float = LEDGER_RETENTION) -> int:
         await self._enter()

@@ -40,7 +40,6 @@ from .base import (
     Began,
     LedgerDecision,
     LedgerRecord,
-    LedgerState,
     OperationRecord,
     Store,
 )
@@ -108,7 +107,7 @@ def _driver() -> Any:
     return asyncpg
 
 
-class PostgresStore(Store):
+class PostgresStore(rules.LedgerMoves, Store):
     """A store in a PostgreSQL database (``postgresql://user@host:port/db``)."""
 
     def __init__(
@@ -371,41 +370,6 @@ class PostgresStore(Store):
             return new
 
         return await self._tx(body)
-
-    async def ledger_finish(
-        self,
-        tenant: str,
-        key: str,
-        owner: str,
-        state: LedgerState,
-        result: bytes | None,
-        *,
-        now: float,
-    ) -> LedgerRecord:
-        return await self._ledger_change(
-            tenant, key, lambda cur: rules.finish(cur, owner, state, result, now)
-        )
-
-    async def ledger_mark_unknown(
-        self, tenant: str, key: str, owner: str, *, now: float
-    ) -> LedgerRecord:
-        return await self._ledger_change(
-            tenant, key, lambda cur: rules.mark_unknown(cur, owner, now)
-        )
-
-    async def ledger_resolve_unknown(
-        self,
-        tenant: str,
-        key: str,
-        owner: str,
-        state: LedgerState,
-        result: bytes | None,
-        *,
-        now: float,
-    ) -> LedgerRecord:
-        return await self._ledger_change(
-            tenant, key, lambda cur: rules.resolve_unknown(cur, owner, state, result, now)
-        )
 
     async def prune_ledger(self, *, now: float, older_than: float = LEDGER_RETENTION) -> int:
         cutoff = now - older_than

@@ -7,11 +7,14 @@ semantics. Nothing here does I/O, reads a clock or holds a lock.
 A function either returns the row to write, or raises a typed error. ``decide`` and
 ``consume`` may instead return ``(row, error)``: write the row (an approval found
 expired is *recorded* as expired), commit, then raise the error.
+
+``LedgerMoves`` gives every backend the ledger moves after ``ledger_begin`` in these
+terms; a backend supplies only ``_ledger_change`` (its lock, read and write).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from msgspec.structs import replace
 
@@ -247,3 +250,47 @@ def settle(outcome: tuple[ApprovalRecord, ApprovalError | None]) -> ApprovalReco
     if error is not None:
         raise error
     return record
+
+
+class LedgerMoves:
+    """The ledger moves after ``ledger_begin``, the same in every backend: each reads the
+    row under the backend's lock, applies its rule above and writes the result, which
+    the backend's ``_ledger_change`` does (``RecordNotFound`` for a missing row)."""
+
+    async def _ledger_change(
+        self, tenant: str, key: str, change: Callable[[LedgerRecord], LedgerRecord]
+    ) -> LedgerRecord:
+        raise NotImplementedError
+
+    async def ledger_finish(
+        self,
+        tenant: str,
+        key: str,
+        owner: str,
+        state: LedgerState,
+        result: bytes | None,
+        *,
+        now: float,
+    ) -> LedgerRecord:
+        return await self._ledger_change(
+            tenant, key, lambda cur: finish(cur, owner, state, result, now)
+        )
+
+    async def ledger_mark_unknown(
+        self, tenant: str, key: str, owner: str, *, now: float
+    ) -> LedgerRecord:
+        return await self._ledger_change(tenant, key, lambda cur: mark_unknown(cur, owner, now))
+
+    async def ledger_resolve_unknown(
+        self,
+        tenant: str,
+        key: str,
+        owner: str,
+        state: LedgerState,
+        result: bytes | None,
+        *,
+        now: float,
+    ) -> LedgerRecord:
+        return await self._ledger_change(
+            tenant, key, lambda cur: resolve_unknown(cur, owner, state, result, now)
+        )

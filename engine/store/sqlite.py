@@ -50,7 +50,6 @@ from .base import (
     Began,
     LedgerDecision,
     LedgerRecord,
-    LedgerState,
     OperationRecord,
     Store,
 )
@@ -115,7 +114,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(rules.LedgerMoves, Store):
     """A store in one SQLite file (created if missing, WAL mode). See the module docstring
     for the locking design; ``busy_timeout`` is seconds per attempt, ``max_attempts``
     bounds the retries of a transaction that keeps meeting a locked database."""
@@ -414,41 +413,6 @@ class SQLiteStore(Store):
             return new
 
         return await self._write(body)
-
-    async def ledger_finish(
-        self,
-        tenant: str,
-        key: str,
-        owner: str,
-        state: LedgerState,
-        result: bytes | None,
-        *,
-        now: float,
-    ) -> LedgerRecord:
-        return await self._ledger_change(
-            tenant, key, lambda cur: rules.finish(cur, owner, state, result, now)
-        )
-
-    async def ledger_mark_unknown(
-        self, tenant: str, key: str, owner: str, *, now: float
-    ) -> LedgerRecord:
-        return await self._ledger_change(
-            tenant, key, lambda cur: rules.mark_unknown(cur, owner, now)
-        )
-
-    async def ledger_resolve_unknown(
-        self,
-        tenant: str,
-        key: str,
-        owner: str,
-        state: LedgerState,
-        result: bytes | None,
-        *,
-        now: float,
-    ) -> LedgerRecord:
-        return await self._ledger_change(
-            tenant, key, lambda cur: rules.resolve_unknown(cur, owner, state, result, now)
-        )
 
     async def prune_ledger(self, *, now: float, older_than: float = LEDGER_RETENTION) -> int:
         cutoff = now - older_than
