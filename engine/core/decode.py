@@ -231,6 +231,12 @@ class StreamDecoder:
         self._turn = TurnAssembler(limits)
         self._done = False
 
+    @property
+    def failed(self) -> bool:
+        """Whether a pipeline failure (a cap, a protocol violation) has decided the turn:
+        the rest of the stream would be ignored, so a reader may stop reading."""
+        return self._turn._failure is not None
+
     def feed(self, data: bytes) -> list[EngineEvent]:
         """Consume bytes; return the engine events they completed. After a failure the
         rest of the stream is ignored (the outcome is already ``failed``). A run of

@@ -84,8 +84,13 @@ class ReplayTurn(msgspec.Struct, frozen=True, kw_only=True):
         if self.disconnect_after is not None and self.disconnect_after < 0:
             raise ConfigError("ReplayTurn.disconnect_after must be >= 0 or None")
         for name, value in [*self.headers.items(), ("content-type", self.content_type)]:
-            # CR/LF in a scripted header would let a script forge the response framing.
-            if not _is_token(name.encode("latin-1", "replace")) or any(c in value for c in "\r\n"):
+            # CR/LF in a scripted header would let a script forge the response framing;
+            # a value outside latin-1 cannot be written as header bytes at all.
+            if (
+                not _is_token(name.encode("latin-1", "replace"))
+                or any(c in value for c in "\r\n")
+                or not _is_latin1(value)
+            ):
                 raise ConfigError(f"ReplayTurn header {name!r} is not a valid HTTP header")
         clash = _RESERVED_HEADERS.intersection(k.lower() for k in self.headers)
         if clash:
@@ -346,6 +351,14 @@ class ReplayServer:
 
 
 # --- HTTP/1.1 framing ---------------------------------------------------------------------------
+
+
+def _is_latin1(value: str) -> bool:
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _is_token(value: bytes) -> bool:

@@ -315,12 +315,17 @@ async def _attempt(request: _Request, budget: float) -> _Result:
                 content=request.content,
                 headers=request.headers.copy(),
                 timeout=http_timeout,
+                # A host's client may follow redirects; a provider key must never be sent
+                # to another origin (httpx strips only Authorization), so a 3xx is an error.
+                follow_redirects=False,
             ) as source:
                 response = source.response
                 if not response.is_success:
                     return await _http_failure(response, retry.retry_statuses)
                 if not _is_event_stream(response):
                     return await _content_type_failure(response)
+                if _is_encoded(response):
+                    return _encoding_failure(response)
                 decoder = StreamDecoder(request.adapter, request.limits)
                 async for chunk in response.aiter_bytes():
                     for event in decoder.feed(chunk):
@@ -328,6 +333,8 @@ async def _attempt(request: _Request, budget: float) -> _Result:
                             fragments = True
                         if on_event is not None:
                             await on_event(event)
+                    if decoder.failed:
+                        break  # the outcome is decided: stop downloading the rest
         except httpx_sse.SSEError:
             return _Result(
                 outcome=_failure("unexpected_content_type", "the response is not an SSE stream"),
@@ -336,31 +343,55 @@ async def _attempt(request: _Request, budget: float) -> _Result:
             )
         except httpx.TimeoutException as exc:
             what = "idle stream timeout" if isinstance(exc, httpx.ReadTimeout) else "timeout"
-            return _transport_failure(decoder, fragments, f"{what} ({type(exc).__name__})")
+            reason = f"{what} ({type(exc).__name__})"
+            return _transport_failure(decoder, fragments, reason, retry.retry_statuses)
         except httpx.HTTPError as exc:
-            return _transport_failure(decoder, fragments, f"transport error ({type(exc).__name__})")
+            reason = f"transport error ({type(exc).__name__})"
+            return _transport_failure(decoder, fragments, reason, retry.retry_statuses)
         outcome = decoder.finish()
-        error = outcome.error
-        retryable = (
-            outcome.kind is OutcomeKind.FAILED
-            and error is not None
-            and (error.retryable or error.status in retry.retry_statuses)
-            and not fragments
-        )
+        retryable = _retryable_failure(outcome, retry.retry_statuses, fragments)
         return _Result(outcome=outcome, retryable=retryable, reason="provider error in stream")
-    return _transport_failure(decoder, fragments, f"attempt time budget ({budget:.3g} s) spent")
+    return _transport_failure(
+        decoder, fragments, f"attempt time budget ({budget:.3g} s) spent", retry.retry_statuses
+    )
 
 
-def _transport_failure(decoder: StreamDecoder | None, fragments: bool, reason: str) -> _Result:
+def _retryable_failure(
+    outcome: TurnOutcome, retry_statuses: frozenset[int], fragments: bool
+) -> bool:
+    """Whether a FAILED outcome decoded from the stream may be retried: a provider error
+    that says so (or has a retry status), before any call fragment arrived. A cap or a
+    protocol violation is not: the same request would fail the same way."""
+    error = outcome.error
+    return (
+        outcome.kind is OutcomeKind.FAILED
+        and error is not None
+        and (error.retryable or error.status in retry_statuses)
+        and not fragments
+    )
+
+
+def _transport_failure(
+    decoder: StreamDecoder | None,
+    fragments: bool,
+    reason: str,
+    retry_statuses: frozenset[int] = frozenset(),
+) -> _Result:
     """A failure of the connection itself. Before the body started there is nothing to
-    keep; after, the decoder classifies what arrived and the cut caps it at TRUNCATED."""
+    keep; after, the decoder classifies what arrived and the cut caps it at TRUNCATED. A
+    stream that had already failed (a provider error, a cap) keeps its own verdict on
+    retrying: the cut after it changes nothing."""
     if decoder is None:
         return _Result(
             outcome=_failure("transport_error", f"no response: {reason}", retryable=True),
             retryable=True,
             reason=reason,
         )
-    outcome = _cut(decoder.finish(), f"the stream was cut: {reason}")
+    decoded = decoder.finish()
+    if decoded.kind is OutcomeKind.FAILED:
+        retryable = _retryable_failure(decoded, retry_statuses, fragments)
+        return _Result(outcome=decoded, retryable=retryable, reason=reason, disconnected=True)
+    outcome = _cut(decoded, f"the stream was cut: {reason}")
     return _Result(outcome=outcome, retryable=not fragments, reason=reason, disconnected=True)
 
 
@@ -422,6 +453,29 @@ async def _content_type_failure(response: httpx.Response) -> _Result:
     return _Result(outcome=outcome, retryable=False, reason="unexpected content type")
 
 
+def _is_encoded(response: httpx.Response) -> bool:
+    """A compressed body (sent although identity was asked for): httpx would inflate each
+    received chunk before any cap sees it, so such a body is never decoded."""
+    return response.headers.get("content-encoding", "identity").strip().lower() not in (
+        "",
+        "identity",
+    )
+
+
+def _encoding_failure(response: httpx.Response) -> _Result:
+    encoding = response.headers.get("content-encoding", "")[:100]
+    outcome = TurnOutcome(
+        kind=OutcomeKind.FAILED,
+        raw_reason=None,
+        stop_reason=(
+            f"the stream is compressed ({encoding!r}) although identity was asked for; a "
+            "compressed stream cannot be read within the byte caps"
+        ),
+        error=ProviderErrorInfo(code="unexpected_content_encoding", status=response.status_code),
+    )
+    return _Result(outcome=outcome, retryable=False, reason="unexpected content encoding")
+
+
 def _is_event_stream(response: httpx.Response) -> bool:
     # Same rule as httpx_sse's own check (which only runs inside ``aiter_sse``; the bytes
     # here go to callgate's decoder instead), but media types are case-insensitive.
@@ -430,9 +484,12 @@ def _is_event_stream(response: httpx.Response) -> bool:
 
 
 async def _read_bounded(response: httpx.Response) -> bytes:
+    """At most ``_MAX_ERROR_BODY`` bytes of an error body. A compressed one is read raw
+    (still compressed, so unreadable as JSON, but never inflated past the bound)."""
     data = bytearray()
+    chunks = response.aiter_raw() if _is_encoded(response) else response.aiter_bytes()
     try:
-        async for chunk in response.aiter_bytes():
+        async for chunk in chunks:
             data += chunk[: _MAX_ERROR_BODY - len(data)]
             if len(data) >= _MAX_ERROR_BODY:
                 break

@@ -1,0 +1,176 @@
+"""Transport under hostile or broken servers, over real loopback HTTP: a stream that
+already failed keeps its own retry verdict when the connection is cut after it; the
+transport stops reading once the decoder has failed; a compressed body (sent although
+identity was asked for) is refused unread and a compressed error body is read raw within
+its bound; a redirect is never followed (a provider key must not reach another origin)."""
+
+from __future__ import annotations
+
+import gzip
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from callgate.engine.core.adapter import HttpRequestSpec, load_adapter
+from callgate.engine.core.errors import ConfigError
+from callgate.engine.core.outcome import OutcomeKind
+from callgate.engine.runtime import transport
+from callgate.engine.runtime.replay import ReplayServer, ReplayTurn
+from callgate.engine.runtime.transport import (
+    ProviderEndpoint,
+    RetryPolicy,
+    TransportTimeouts,
+    TurnAttempt,
+    stream_turn,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CHAT = HttpRequestSpec(path="/v1/chat/completions", body={"model": "m"}, headers={})
+MESSAGES = HttpRequestSpec(path="/v1/messages", body={"model": "m"}, headers={})
+THREE = RetryPolicy(max_attempts=3, base_delay=0.0, max_delay=0.0, jitter=0.0)
+
+
+async def _no_sleep(_seconds: float) -> None:
+    return None
+
+
+async def _run(
+    turns: list[ReplayTurn],
+    *,
+    provider: str = "openai_chat",
+    spec: HttpRequestSpec = CHAT,
+    timeouts: TransportTimeouts | None = None,
+    client: dict[str, Any] | None = None,
+) -> tuple[TurnAttempt, int]:
+    async with ReplayServer(turns) as server, httpx.AsyncClient(**(client or {})) as http:
+        endpoint = ProviderEndpoint(base_url=server.base_url, api_key="sk-test")
+        attempt = await stream_turn(
+            http,
+            load_adapter(provider),
+            spec,
+            endpoint,
+            retry=THREE,
+            timeouts=timeouts,
+            sleep=_no_sleep,
+        )
+        return attempt, len(server.requests)
+
+
+_ERROR = (
+    b'event: error\ndata: {"type":"error","error":{"type":"invalid_request_error",'
+    b'"message":"prompt is too long"}}\n\n'
+)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("cut", [False, True])
+async def test_a_non_retryable_stream_error_is_not_retried_even_if_the_socket_is_cut(
+    cut: bool,
+) -> None:
+    turn = ReplayTurn(body=_ERROR, disconnect_after=len(_ERROR) if cut else None)
+    attempt, requests = await _run([turn] * 3, provider="anthropic", spec=MESSAGES)
+    assert attempt.outcome.kind is OutcomeKind.FAILED
+    assert attempt.outcome.error is not None
+    assert attempt.outcome.error.code == "invalid_request_error"
+    assert (attempt.attempts, requests) == (1, 1)
+
+
+@pytest.mark.anyio
+async def test_a_retryable_stream_error_cut_afterwards_is_still_retried() -> None:
+    overloaded = (
+        b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error",'
+        b'"message":"busy"}}\n\n'
+    )
+    turn = ReplayTurn(body=overloaded, disconnect_after=len(overloaded))
+    attempt, requests = await _run([turn] * 3, provider="anthropic", spec=MESSAGES)
+    assert attempt.outcome.kind is OutcomeKind.FAILED
+    assert (attempt.attempts, requests) == (3, 3)
+
+
+@pytest.mark.anyio
+async def test_a_cap_failure_stops_the_download_and_is_not_retried() -> None:
+    # One line far past max_line_bytes (4 MiB), then the server keeps dripping bytes.
+    line = b"data: " + b"a" * (5 * 1024 * 1024)
+    drip = ReplayTurn(body=line + b"a" * 40_000_000, chunk_size=1 << 20, delay_s=0.3)
+    started = time.monotonic()
+    attempt, requests = await _run(
+        [drip] * 3, timeouts=TransportTimeouts(connect=5, idle_stream=5, total=30.0)
+    )
+    elapsed = time.monotonic() - started
+    assert attempt.outcome.kind is OutcomeKind.FAILED
+    assert "max_line_bytes" in attempt.outcome.stop_reason
+    assert (attempt.attempts, requests) == (1, 1)
+    assert elapsed < 8  # read to its end, the 45 MB drip takes ~13 s
+
+
+@pytest.mark.anyio
+async def test_a_compressed_stream_is_refused_unread(monkeypatch: pytest.MonkeyPatch) -> None:
+    fed: list[int] = []
+    real = transport.StreamDecoder
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def feed(self, data: bytes) -> Any:
+            fed.append(len(data))
+            return super().feed(data)
+
+    monkeypatch.setattr(transport, "StreamDecoder", Spy)
+    body = gzip.compress(b"data: " + b"x" * 50_000_000, 9)  # 50 MB in ~50 KB
+    turn = ReplayTurn(body=body, headers={"content-encoding": "gzip"}, chunk_size=1 << 16)
+    attempt, requests = await _run([turn] * 3)
+    assert attempt.outcome.kind is OutcomeKind.FAILED
+    assert attempt.outcome.error is not None
+    assert attempt.outcome.error.code == "unexpected_content_encoding"
+    assert fed == [] and (attempt.attempts, requests) == (1, 1)
+
+
+@pytest.mark.anyio
+async def test_a_compressed_error_body_is_read_raw_within_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    inflated: list[int] = []
+    real = httpx.Response.aiter_bytes
+
+    async def spy(self: httpx.Response, *args: Any, **kw: Any) -> Any:
+        async for chunk in real(self, *args, **kw):
+            inflated.append(len(chunk))
+            yield chunk
+
+    monkeypatch.setattr(httpx.Response, "aiter_bytes", spy)
+    body = gzip.compress(b"<html>" + b" " * 50_000_000, 9)
+    turn = ReplayTurn(
+        status=502, body=body, content_type="text/html", headers={"content-encoding": "gzip"}
+    )
+    async with ReplayServer([turn]) as server, httpx.AsyncClient() as http:
+        endpoint = ProviderEndpoint(base_url=server.base_url, api_key="sk-test")
+        attempt = await stream_turn(
+            http,
+            load_adapter("openai_chat"),
+            CHAT,
+            endpoint,
+            retry=RetryPolicy(max_attempts=1),
+            sleep=_no_sleep,
+        )
+    assert attempt.outcome.error is not None and attempt.outcome.error.status == 502
+    assert inflated == []  # never inflated
+
+
+@pytest.mark.anyio
+async def test_a_redirect_is_not_followed_even_by_a_client_that_follows_them() -> None:
+    recorded = (FIXTURES / "anthropic" / "single_tool_use_no_args.sse").read_bytes()
+    async with ReplayServer([ReplayTurn(body=recorded)]) as other:
+        turn = ReplayTurn(status=307, headers={"location": other.base_url + "/v1/messages"})
+        attempt, _ = await _run(
+            [turn], provider="anthropic", spec=MESSAGES, client={"follow_redirects": True}
+        )
+        leaked = other.requests
+    assert leaked == []  # the other origin never saw the request (nor its x-api-key)
+    assert attempt.outcome.kind is OutcomeKind.FAILED
+    assert attempt.outcome.error is not None and attempt.outcome.error.status == 307
+
+
+def test_a_scripted_header_outside_latin1_is_refused() -> None:
+    with pytest.raises(ConfigError, match="x-note"):
+        ReplayTurn(body=b"", headers={"x-note": "price \u20ac5"})
