@@ -25,7 +25,7 @@ from typing import IO, Any
 import msgspec
 import orjson
 
-from .core.audit import VerifyReport, verify_trail
+from .core.audit import VerifyReport, escape_controls, verify_trail
 
 __all__ = [
     "ChainReport",
@@ -46,12 +46,16 @@ class CliFailure(Exception):
 
 
 def secret_from_env(var: str) -> bytes:
-    """The UTF-8 bytes of environment variable ``var`` (never printed); unset or empty is a
-    ``CliFailure`` (status 2) naming the variable."""
-    value = os.environ.get(var, "")
+    """The bytes of environment variable ``var`` exactly as the process got them (never
+    printed; any bytes, not only UTF-8: a host may export a raw random key); unset or empty
+    is a ``CliFailure`` (status 2) naming the variable."""
+    if os.supports_bytes_environ:
+        value = os.environb.get(os.fsencode(var), b"")
+    else:  # pragma: no cover - Windows: the environment is text
+        value = os.environ.get(var, "").encode("utf-8", "surrogatepass")
     if not value:
         raise CliFailure(f"environment variable {var} is not set or empty", 2)
-    return value.encode("utf-8")
+    return value
 
 
 class ChainReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,7 +76,7 @@ class ChainReport(msgspec.Struct, frozen=True, kw_only=True):
         if self.ok:
             return f"ok: {self.records} records, head {self.head}"
         if self.first_broken is None:
-            return f"line {self.line}: {self.reason}"
+            return self.reason if self.line is None else f"line {self.line}: {self.reason}"
         where = f"line {self.line}" if self.line is not None else f"after line {self.last_line}"
         reason = self.reason.removeprefix(f"record {self.first_broken} ")
         return f"record {self.first_broken} ({where}): {reason}"
@@ -91,7 +95,7 @@ _UNATTRIBUTABLE = "is not an audit record (cannot tell which operation it belong
 def _operation_of(raw: bytes) -> str | None:
     try:
         return _OPERATION_OF.decode(raw).operation_id
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
 
 
@@ -139,13 +143,23 @@ def _verify_chain(
     )
 
 
-def _only(lines: Iterable[tuple[int, bytes]], operation_id: str) -> Iterator[tuple[int, bytes]]:
-    for number, raw in lines:
-        found = _operation_of(raw)
-        if found is None:
-            raise _Unattributable(number)
-        if found == operation_id:
-            yield number, raw
+class _Only:
+    """The lines of one operation. Records store ``escape_controls(operation_id)`` (ids
+    are escaped like every string in a record), so that is what is compared."""
+
+    def __init__(self, lines: Iterable[tuple[int, bytes]], operation_id: str) -> None:
+        self._lines = lines
+        self._wanted = escape_controls(operation_id)
+        self.matched = 0
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        for number, raw in self._lines:
+            found = _operation_of(raw)
+            if found is None:
+                raise _Unattributable(number)
+            if found == self._wanted:
+                self.matched += 1
+                yield number, raw
 
 
 def verify_file(
@@ -161,13 +175,29 @@ def verify_file(
     first appearance (a line that names no operation is a failed report of its own)."""
     lines = _numbered(handle)
     if not by_operation:
-        source = lines if operation_id is None else _only(lines, operation_id)
+        only = None if operation_id is None else _Only(lines, operation_id)
         try:
             report = _verify_chain(
-                source, operation_id=operation_id, secret=secret, expected_head=expected_head
+                lines if only is None else only,
+                operation_id=operation_id,
+                secret=secret,
+                expected_head=expected_head,
             )
         except _Unattributable as exc:
             return [_unattributable(exc.line)]
+        if only is not None and only.matched == 0:
+            # "ok: 0 records" would pass a trail that lost every record of the operation
+            # (or a mistyped id): nothing verified is a failure.
+            return [
+                ChainReport(
+                    operation_id=operation_id,
+                    ok=False,
+                    records=0,
+                    head=None,
+                    last_line=report.last_line,
+                    reason=f"no record in the file belongs to operation {operation_id!r}",
+                )
+            ]
         return [report]
     groups: dict[str, list[tuple[int, bytes]]] = {}
     for number, raw in lines:
@@ -274,7 +304,7 @@ def add_audit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     p.add_argument("file", metavar="FILE")
     p.add_argument(
-        "--secret-env", metavar="VAR", help="env var holding the chain's HMAC secret (UTF-8)"
+        "--secret-env", metavar="VAR", help="env var holding the chain's HMAC secret (its bytes)"
     )
     p.add_argument(
         "--expected-head",

@@ -52,7 +52,9 @@ __all__ = [
     "AuditChain",
     "AuditKind",
     "AuditRecord",
+    "Token",
     "VerifyReport",
+    "encode_line",
     "escape_controls",
     "parse_path",
     "record_digest",
@@ -68,6 +70,10 @@ REDACTED = "[REDACTED]"
 # a bounded walk cannot be made to exhaust the interpreter stack.
 _MAX_DEPTH = 128
 _TOO_DEEP = "[TRUNCATED: nesting too deep]"
+# Canonical JSON (orjson) has no form for integers outside the 64-bit range; a model can
+# send one, and a record must never fail to chain because of what a model sent.
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+_BIG_INT = "[UNREPRESENTABLE: integer beyond 64 bits]"
 
 DEFAULT_SENSITIVE_KEYS: frozenset[str] = frozenset(
     {
@@ -221,6 +227,8 @@ def _sanitize(
         return REDACTED
     if isinstance(value, str):
         return escape_controls(value) if escape else value
+    if type(value) is int and not _INT_MIN <= value <= _INT_MAX:
+        return _BIG_INT
     if value is None or isinstance(value, bool | int | float):
         return value
     if depth >= _MAX_DEPTH:
@@ -319,8 +327,8 @@ class AuditChain:
         self._head = prev_digest
 
     @staticmethod
-    def _parse(paths: Sequence[str]) -> list[tuple[Token, ...]]:
-        parsed = [parse_path(p) for p in paths]
+    def _parse(paths: Sequence[str | tuple[Token, ...]]) -> list[tuple[Token, ...]]:
+        parsed = [p if isinstance(p, tuple) else parse_path(p) for p in paths]
         if any(not p for p in parsed):
             raise ConfigError("redaction path '$' would redact the whole record data")
         return parsed
@@ -343,10 +351,11 @@ class AuditChain:
         call_id: str | None = None,
         tool: str | None = None,
         data: Mapping[str, Any] | None = None,
-        redact_paths: Sequence[str] = (),
+        redact_paths: Sequence[str | tuple[Token, ...]] = (),
     ) -> AuditRecord:
         """Sanitize, chain and return the next record. ``ConfigError`` when ``data`` is not
-        JSON data or ``ts`` is not finite (the chain is left unchanged)."""
+        JSON data or ``ts`` is not finite (the chain is left unchanged). ``redact_paths``
+        are path strings or already parsed tokens (``parse_path``), rooted at ``data``."""
         moment = float(ts)
         if not math.isfinite(moment):
             raise ConfigError("audit ts must be a finite number")
@@ -372,6 +381,13 @@ class AuditChain:
 # --- verification -------------------------------------------------------------------------
 
 _DECODER = msgspec.json.Decoder(AuditRecord)
+_ENCODER = msgspec.json.Encoder()
+
+
+def encode_line(record: AuditRecord) -> bytes:
+    """The one byte form of ``record`` in a trail (without the newline): a line that is not
+    exactly this for the record it decodes to does not verify."""
+    return _ENCODER.encode(record)
 
 
 def verify_trail(
@@ -414,10 +430,25 @@ def _check(
 ) -> AuditRecord | str:
     """The record if it fits the chain at ``position``, else the reason it does not."""
     if isinstance(item, bytes | str):
+        line = item.encode("utf-8", "surrogatepass") if isinstance(item, str) else item
         try:
-            record = _DECODER.decode(item)
+            record = _DECODER.decode(line)
         except msgspec.DecodeError as exc:
             return f"record {position} is not a valid audit record ({exc})"
+        except RecursionError:
+            return f"record {position} is not a valid audit record (nested too deeply)"
+        # The decoded record is what gets digested, so the line must be exactly its
+        # encoding: a duplicate key (decoders keep the last, other readers the first) or
+        # any other re-spelling would show a reader something the digest does not cover.
+        try:
+            same = encode_line(record) == line.removesuffix(b"\n").removesuffix(b"\r")
+        except (RecursionError, TypeError, ValueError):
+            same = False
+        if not same:
+            return (
+                f"record {position} is not the canonical encoding of its record "
+                "(duplicate keys or re-spelled JSON: edited)"
+            )
     elif isinstance(item, AuditRecord):
         record = item
     else:

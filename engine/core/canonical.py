@@ -3,7 +3,11 @@
 The form (documented in the README, stable across releases):
 - UTF-8, no insignificant whitespace, object keys sorted by their Unicode code points;
 - keys must be strings; values are null, booleans, integers, finite floats, strings,
-  arrays (lists/tuples) and objects (dicts); anything else is rejected;
+  arrays (lists/tuples) and objects (dicts); anything else is rejected (datetimes and
+  dataclasses included), except two conversions orjson makes and ``msgspec.to_builtins``
+  makes too, so a value digests the same before and after it: a UUID is its canonical
+  string and an Enum member its value (rejecting them would need a type walk of every
+  value, several times the cost of the encode on the hot paths);
 - integers in plain decimal; floats in the shortest form that round-trips (orjson's
   formatting, which never emits NaN/Infinity: those are rejected);
 - strings with JSON's minimal escapes (``"``, ``\\``, control characters) and other
@@ -27,7 +31,9 @@ from .errors import ConfigError
 
 __all__ = ["canonical_json", "digest_fields", "digests_equal", "hmac_fields", "sha256_hex"]
 
-_OPTS = orjson.OPT_SORT_KEYS
+# datetime/date/time and dataclass instances then reach ``_reject`` (orjson would encode
+# them natively: a datetime as a string, and a dataclass without the NaN check below).
+_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
 
 def canonical_json(value: Any) -> bytes:

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from .adapter import ToolDeclaration
+from .audit import parse_path
 from .canonical import digest_fields
 from .errors import ConfigError
 
@@ -139,7 +140,9 @@ class ToolSpec:
     None means "approve irreversible tools only". ``authorize`` / ``policy`` None means
     "allow". ``max_result_bytes`` / ``max_concurrency`` None defer to the operation's
     ``Budgets``. ``sensitive_paths`` name argument fields to redact in audit records;
-    ``sensitive_result_paths`` name fields of the handler's return value to redact there.
+    ``sensitive_result_paths`` name fields of the handler's return value to redact there,
+    in the audit's path grammar rooted at that value (``$`` the whole value, ``$.token``,
+    ``$[*].token``, ``$['a.b']``, ``$[0]``; the leading ``$.`` may be left out).
     ``idempotency_fields(args)`` selects the business arguments of the idempotency key
     (None: all arguments).
     """
@@ -188,6 +191,8 @@ class ToolSpec:
         parameters = _inline_schema(self.name, msgspec.json.schema(self.args_type))
         for path in self.sensitive_paths:
             _check_sensitive_path(self.name, parameters, path)
+        for path in self.sensitive_result_paths:
+            _check_result_path(self.name, path)
         object.__setattr__(self, "parameters", parameters)
 
     @property
@@ -388,6 +393,17 @@ def _inline_schema(tool: str, schema: dict[str, Any]) -> dict[str, Any]:
 def _segments(path: str) -> list[str]:
     body = path[1:] if path.startswith("$") else path
     return [("*" if seg == "[*]" else seg) for seg in _PATH_SEGMENT.findall(body)]
+
+
+def _check_result_path(tool: str, path: object) -> None:
+    """A result path must parse: a malformed one would fail (or silently leak) only when a
+    handler's value is audited, after the handler ran."""
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{tool}: sensitive result path {path!r} must be a non-empty string")
+    try:
+        parse_path(path)
+    except ConfigError as exc:
+        raise ConfigError(f"{tool}: sensitive result path {path!r} is malformed ({exc})") from None
 
 
 def _check_sensitive_path(tool: str, schema: dict[str, Any], path: str) -> None:

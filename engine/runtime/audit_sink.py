@@ -15,18 +15,15 @@ from typing import IO, Protocol, Self, runtime_checkable
 
 import anyio
 import anyio.to_thread
-import msgspec
 
-from callgate.engine.core.audit import AuditRecord
+from callgate.engine.core.audit import AuditRecord, encode_line
 
 __all__ = ["AuditSink", "JsonlAuditSink", "MemoryAuditSink", "encode_record"]
-
-_ENCODER = msgspec.json.Encoder()
 
 
 def encode_record(record: AuditRecord) -> bytes:
     """One JSON line (with its newline) for ``record``; ``verify_trail`` reads it back."""
-    return _ENCODER.encode(record) + b"\n"
+    return encode_line(record) + b"\n"
 
 
 @runtime_checkable

@@ -74,6 +74,12 @@ class Runner:
     ``deadline_seconds`` budget, handler deadlines included) plus clock skew between
     workers: a live drive taken over is fenced at its final write, and the idempotency
     ledger keeps its side effects single, but its model requests are repeated.
+
+    ``audit_secret`` (bytes, default None): keys the audit chain (HMAC-SHA256 instead of
+    SHA-256), so a trail edited and re-chained without it fails ``callgate audit verify
+    --secret-env VAR``; it also keys the digests written for tools with sensitive paths
+    (without it they are left out). Keep it constant for an operation's lifetime (a
+    resumed drive continues the same chain) and apart from ``binding_secret``.
     """
 
     def __init__(
@@ -93,6 +99,7 @@ class Runner:
         max_tokens: int | None = None,
         binding_secret: bytes | None = None,
         audit: AuditWriter | None = None,
+        audit_secret: bytes | None = None,
         progress: Callable[[ProgressEvent], Awaitable[None]] | None = None,
         worker_id: str | None = None,
         approval_ttl: float = 3600.0,
@@ -120,8 +127,11 @@ class Runner:
         self._timeouts = timeouts
         self._system = system
         self._max_tokens = max_tokens
+        if audit_secret is not None and not audit_secret:
+            raise ConfigError("the audit secret must not be empty")
         self._secret = binding_secret
         self._audit = audit
+        self._audit_secret = audit_secret
         self._progress = progress
         self.worker_id = worker_id or "w_" + secrets.token_hex(6)
         self._approval_ttl = approval_ttl
@@ -215,7 +225,9 @@ class Runner:
     ) -> OperationResult:
         now = self._clock()
         tracker = BudgetTracker.restore(self.budgets, snap.tracker, now=now)
-        audit = AuditChain(start_seq=snap.audit_seq, prev_digest=snap.audit_head)
+        audit = AuditChain(
+            secret=self._audit_secret, start_seq=snap.audit_seq, prev_digest=snap.audit_head
+        )
         async with contextlib.AsyncExitStack() as stack:
             run = OperationDrive(self, snap, tracker, audit, stack)
             if decisions is not None:

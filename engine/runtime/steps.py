@@ -13,7 +13,7 @@ import anyio
 import httpx
 
 from callgate.engine.core.adapter import ModelResult
-from callgate.engine.core.audit import AuditChain, AuditRecord
+from callgate.engine.core.audit import AuditChain, AuditRecord, Token, parse_path
 from callgate.engine.core.binding import (
     BindingContext,
     BoundResult,
@@ -21,7 +21,7 @@ from callgate.engine.core.binding import (
     bind,
     to_model_result,
 )
-from callgate.engine.core.canonical import canonical_json, sha256_hex
+from callgate.engine.core.canonical import canonical_json, hmac_fields, sha256_hex
 from callgate.engine.core.correlation import verify_result_set
 from callgate.engine.core.envelope import ErrorCode
 from callgate.engine.core.errors import BindingError, ConfigError
@@ -109,7 +109,7 @@ class OperationDrive:
         call: ProposedCall | None = None,
         tool: str | None = None,
         data: dict[str, Any] | None = None,
-        redact: Sequence[str] = (),
+        redact: Sequence[tuple[Token, ...]] = (),
     ) -> None:
         rec = self.audit.append(
             kind,
@@ -237,13 +237,18 @@ class OperationDrive:
         assert outcome is not None
         if decisions is None:
             for call in outcome.calls:
+                # Arguments with no canonical form (an integer beyond 64 bits) cannot be
+                # chained: record the marker and the raw bytes' digest, and let validation
+                # refuse or accept the call as usual. A model never crashes the run.
+                canonical = call.arguments is None or _has_canonical_form(call.arguments)
+                data: dict[str, Any] = {"arguments": call.arguments if canonical else None}
+                if not canonical:
+                    data["arguments_canonical"] = False
+                data.update(self._digests(call.name, raw_sha256=sha256_hex(call.raw_arguments)))
                 await self.record(
                     "requested",
                     call=call,
-                    data={
-                        "arguments": call.arguments,
-                        "raw_sha256": sha256_hex(call.raw_arguments),
-                    },
+                    data=data,
                     redact=self._sensitive(call.name, arguments=True),
                 )
         verdicts = validate_turn(
@@ -251,10 +256,10 @@ class OperationDrive:
         )
         for v in verdicts:
             status = "rejected" if isinstance(v, Rejected) else type(v).__name__.lower()
-            data: dict[str, Any] = {"verdict": status}
+            verdict: dict[str, Any] = {"verdict": status}
             if isinstance(v, Rejected):
-                data.update(code=v.envelope.code.value, reason=v.reason)
-            await self.record("validated", call=v.call, data=data)
+                verdict.update(code=v.envelope.code.value, reason=v.reason)
+            await self.record("validated", call=v.call, data=verdict)
         progress = self.tracker.check_progress()
         if progress is not None:
             await self.stop(progress.input, progress.reason, outcome.raw_reason)
@@ -305,7 +310,7 @@ class OperationDrive:
                         "status": res.status,
                         "duration_ms": round(res.duration_ms, 3),
                         "ran": res.ran,
-                        "idempotency_key": res.idempotency_key,
+                        **self._digests(res.tool, idempotency_key=res.idempotency_key),
                         "detail": res.detail,
                         "result": res.model_result,
                     },
@@ -434,6 +439,12 @@ class OperationDrive:
             return None
         for b, s in zip(verified, summaries, strict=True):
             pa = b.protected_audit
+            # binding_sha256 covers both digests: unkeyed, it is as guessable as they are;
+            # an HMAC under the binding secret is not, and stays as the snapshot shows it.
+            digests = {"request_sha256": pa.request_sha256, "result_sha256": pa.result_sha256}
+            keyed_binding = {"binding_sha256": pa.binding_sha256} if pa.hmac else {}
+            if not pa.hmac:
+                digests["binding_sha256"] = pa.binding_sha256
             await self.record(
                 "result",
                 call=None,
@@ -441,9 +452,8 @@ class OperationDrive:
                 data={
                     "call_id": s.call_id,
                     "status": s.status,
-                    "request_sha256": pa.request_sha256,
-                    "result_sha256": pa.result_sha256,
-                    "binding_sha256": pa.binding_sha256,
+                    **self._digests(s.tool, **digests),
+                    **keyed_binding,
                 },
             )
         for position, summary in repeats:  # ascending: each lands at its proposal position
@@ -481,7 +491,7 @@ class OperationDrive:
                 data={
                     "approval_id": approval_id,
                     "requested": True,
-                    "args_digest": v.args_digest,
+                    **self._digests(spec.name, args_digest=v.args_digest),
                     "expires_at": now + r._approval_ttl,
                 },
             )
@@ -495,25 +505,58 @@ class OperationDrive:
                 )
             )
 
-    def _sensitive(self, tool: str, *, arguments: bool) -> list[str]:
-        """Redaction paths inside an audit record's data: ``arguments.<path>`` for the
-        call's arguments, ``result.result.<path>`` for a handler's value (the record holds
-        the model_result ``{"result": value}`` under ``result``)."""
+    def _sensitive(self, tool: str, *, arguments: bool) -> list[tuple[Token, ...]]:
+        """Redaction paths inside an audit record's data, as parsed tokens (never spliced
+        strings: ``$``, ``$[*].x`` and ``$['x']`` must land under the prefix too):
+        ``arguments`` + path for the call's arguments, ``result``, ``result`` + path for a
+        handler's value (the record holds the model_result ``{"result": value}``)."""
         spec = self.r.registry.get(tool)
         if spec is None:
             return []
         if arguments:
-            return [f"arguments.{p.removeprefix('$.')}" for p in spec.sensitive_paths]
-        return [f"result.result.{p.removeprefix('$.')}" for p in spec.sensitive_result_paths]
+            return [("arguments", *parse_path(p)) for p in spec.sensitive_paths]
+        return [("result", "result", *parse_path(p)) for p in spec.sensitive_result_paths]
+
+    def _digests(self, tool: str | None, **digests: str | None) -> dict[str, str | None]:
+        """The digest fields of an audit record for a call of ``tool``.
+
+        For a tool that declares sensitive argument or result paths, a plain SHA-256 of the
+        unredacted values (raw_sha256, request/result/binding digests, idempotency key,
+        args_digest) would let anyone holding the trail brute-force a low-entropy redacted
+        value (a PIN, a one-time code). Such digests are written as HMACs under the audit
+        secret (marked ``"digests": "hmac"``), and left out when there is none. Nothing is
+        kept for verification's sake: ``verify_trail`` checks only the chain, and results
+        are verified in process against callgate's own records, never against the trail.
+        Other tools keep the plain digests (they correlate with the binding and the store).
+        """
+        spec = self.r.registry.get(tool) if tool is not None else None
+        if spec is None or not (spec.sensitive_paths or spec.sensitive_result_paths):
+            return digests
+        secret = self.r._audit_secret
+        if secret is None:
+            return {}
+        out: dict[str, str | None] = {
+            name: None if value is None else hmac_fields(secret, _KEYED_DIGEST, name, value)
+            for name, value in digests.items()
+        }
+        out["digests"] = "hmac"
+        return out
+
+
+_KEYED_DIGEST = "callgate/audit-keyed-digest/v1"
+
+
+def _has_canonical_form(arguments: Any) -> bool:
+    try:
+        canonical_json(arguments)
+    except ConfigError:
+        return False
+    return True
 
 
 def _bindable_arguments(call: ProposedCall) -> dict[str, Any]:
     """The arguments a result is bound to: the parsed object, or — for a call whose text
     was rejected or has no canonical form — the digest of its raw bytes."""
-    if call.arguments is not None:
-        try:
-            canonical_json(call.arguments)
-            return call.arguments
-        except ConfigError:
-            pass
+    if call.arguments is not None and _has_canonical_form(call.arguments):
+        return call.arguments
     return {"raw_arguments_sha256": sha256_hex(call.raw_arguments)}
