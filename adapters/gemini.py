@@ -5,8 +5,8 @@ Owns the reading of whole-response chunks (``candidates[0].content.parts``), the
 streamed-call lifecycle (its ``partialArgs`` are assembled by ``_vertex_args``; the wire
 views the chunks are read through live in ``_gemini_wire``), the
 thought-signature bookkeeping, and the writing of the ``model`` echo, ``functionResponse``
-parts and the request body. Never does HTTP, never parses tool arguments (the assembler
-does), never trusts provider text as a status.
+parts and the request body (tool schemas as ``parametersJsonSchema``). Never does HTTP,
+never parses tool arguments (the assembler does), never trusts provider text as a status.
 
 Gemini has no end-of-stream marker and no per-call "done" event: a ``functionCall`` part
 with ``args`` is complete on arrival (``CallStarted``, then ``CallDone`` carrying the exact
@@ -476,12 +476,20 @@ class GeminiAdapter:
         max_tokens: int | None = None,
         previous: TurnOutcome | None = None,
     ) -> HttpRequestSpec:
+        """The streaming request. Each tool's schema goes in ``parametersJsonSchema``
+        (full JSON Schema), not ``parameters``: that one is Gemini's OpenAPI-subset
+        ``Schema`` and rejects keys such as ``additionalProperties``, ``const`` or
+        ``$defs`` (400 "Unknown name ..."). The two fields are mutually exclusive."""
         body: JSON = {"contents": messages}
         if tools:
             body["tools"] = [
                 {
                     "functionDeclarations": [
-                        {"name": t.name, "description": t.description, "parameters": t.parameters}
+                        {
+                            "name": t.name,
+                            "description": t.description,
+                            "parametersJsonSchema": t.parameters,
+                        }
                         for t in tools
                     ]
                 }

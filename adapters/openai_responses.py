@@ -9,17 +9,25 @@ means beyond its terminal-reason table.
 Decoding dispatches on the SSE ``event:`` name (always equal to ``data.type``), so each
 event is decoded once, into a small view of just the fields read; unknown event types
 are skipped without decoding. Every ``output_item.done`` item is kept verbatim as a
-continuation item (the stateless next request echoes them all, in output order, and
+continuation item (the stateless next request echoes them, in output order, and
 the reasoning item's ``encrypted_content`` is only final there: the value at
 ``output_item.added`` may be incomplete), with one exception: a completed
 ``function_call`` item is kept without its ``arguments``, which repeat the streamed text
 the call already holds as its raw bytes; ``assistant_echo`` puts them back from there.
 The done events' repeated argument texts stay raw JSON literals (``CallDone.literal``),
 compared with the fragments a slice at a time, so a long call is never held twice.
+
+Encode side (stateless, ``store:false``): ``include:["reasoning.encrypted_content"]`` is
+sent only when ``is_reasoning_model(model)`` says so (other models reject it with 400
+"Encrypted content is not supported with this model"). The echo leaves out a reasoning
+item without ``encrypted_content`` (an id-only reference the server cannot resolve when
+nothing is stored: "Item with id rs_… not found") and gives a ``function_call`` whose
+kept ``arguments`` are absent or null the call's exact raw argument text.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -48,7 +56,13 @@ from callgate.engine.core.sse import SSEData, SSEEvent
 
 from ._openai_common import ErrorView, error_info
 
-__all__ = ["ADAPTER", "FINISH_REASONS", "OpenAIResponsesAdapter", "OpenAIResponsesStream"]
+__all__ = [
+    "ADAPTER",
+    "FINISH_REASONS",
+    "OpenAIResponsesAdapter",
+    "OpenAIResponsesStream",
+    "is_reasoning_model",
+]
 
 # Raw terminal reason -> outcome kind. The raw reason is the response status
 # ("completed"), the incomplete_details.reason of response.incomplete, or the error code
@@ -63,6 +77,20 @@ FINISH_REASONS: dict[str, OutcomeKind] = {
 }
 
 _INCLUDE = ["reasoning.encrypted_content"]
+
+# Model names that get ``_INCLUDE``: the o-series (o1, o3-mini, o4-mini, ...), the gpt-5
+# family except gpt-5-chat (gpt-5, gpt-5-mini, gpt-5.1, gpt-5-codex, ...) and codex models.
+_REASONING_MODEL = re.compile(r"o\d|gpt-5(?!-chat)|.*codex")
+
+
+def is_reasoning_model(model: str) -> bool:
+    """Whether ``model`` is a reasoning model, i.e. whether the request asks for
+    ``reasoning.encrypted_content`` (non-reasoning models such as gpt-4o, gpt-4.1 and
+    gpt-5-chat-latest reject it). Case-insensitive; a ``provider/`` prefix
+    (``openai/gpt-5``) is ignored. A name the rule does not know counts as non-reasoning:
+    such a model then gets no encrypted reasoning to carry between turns."""
+    name = model.rsplit("/", 1)[-1].strip().lower()
+    return _REASONING_MODEL.match(name) is not None
 
 
 # --- decode views: only the fields this adapter reads --------------------------------------
@@ -459,8 +487,6 @@ def _input_item(kind: str, item: dict[str, Any]) -> JSON:
     if kind == "reasoning":
         if echoed.get("summary") is None:
             echoed["summary"] = []  # required on input
-        if "encrypted_content" in echoed and echoed["encrypted_content"] is None:
-            del echoed["encrypted_content"]
         if "content" in echoed and not echoed["content"]:
             del echoed["content"]  # an empty (or null) reasoning_text list carries nothing
     return echoed
@@ -482,19 +508,27 @@ class OpenAIResponsesAdapter:
         return [{"role": "user", "content": user_text}]
 
     def assistant_echo(self, outcome: TurnOutcome) -> list[JSON]:
-        # Every output item, in output order, as received at output_item.done.
+        """Every output item, in output order, as received at ``output_item.done`` (minus
+        output-only fields), except a reasoning item without ``encrypted_content``: with
+        ``store:false`` its id cannot be resolved ("Item with id rs_… not found"), and
+        without the encrypted text it carries nothing the next turn can use. A
+        ``function_call`` whose ``arguments`` are absent or null gets the call's exact
+        raw argument text. Every other item is echoed as is."""
         calls = {call.index: call for call in outcome.calls}
         ordered: list[tuple[int, int, JSON]] = []
         has_message = False
         for cont in outcome.continuation:
+            if cont.kind == "reasoning" and not cont.item.get("encrypted_content"):
+                continue
             echoed = _input_item(cont.kind, cont.item)
             if cont.kind == "function_call":
                 call = calls.pop(cont.index, None)
                 if call is not None and not echoed.get("call_id"):
                     # The result references the (derived) call id; the echo must too.
                     echoed["call_id"] = call.call_id
-                if "arguments" not in echoed:
-                    # Left out of the kept item: the call's own bytes are the same text.
+                if echoed.get("arguments") is None:
+                    # Left out of the kept item (or null there, as some compatible
+                    # endpoints send it): the call's own bytes are the same text.
                     raw = call.raw_arguments if call is not None else b""
                     echoed["arguments"] = raw.decode("utf-8", "replace")
             elif cont.kind == "message":
@@ -532,7 +566,9 @@ class OpenAIResponsesAdapter:
         max_tokens: int | None = None,
         previous: TurnOutcome | None = None,
     ) -> HttpRequestSpec:
-        # Stateless: the whole conversation travels in ``input``; ``previous`` is unused.
+        """The stateless streaming request: the whole conversation travels in ``input``
+        (``previous`` is unused), ``store:false``, and ``include`` asks for
+        ``reasoning.encrypted_content`` only when ``is_reasoning_model(model)``."""
         body: dict[str, object] = {"model": model, "input": messages}
         if tools:
             body["tools"] = [
@@ -547,7 +583,8 @@ class OpenAIResponsesAdapter:
             ]
         body["stream"] = True
         body["store"] = False
-        body["include"] = list(_INCLUDE)
+        if is_reasoning_model(model):
+            body["include"] = list(_INCLUDE)
         if system is not None:
             body["instructions"] = system
         if max_tokens is not None:

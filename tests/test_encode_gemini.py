@@ -134,7 +134,7 @@ def test_build_request_and_auth() -> None:
                         {
                             "name": "get_weather",
                             "description": "Weather by city",
-                            "parameters": {"type": "object"},
+                            "parametersJsonSchema": {"type": "object"},
                         }
                     ]
                 }

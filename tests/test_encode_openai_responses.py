@@ -64,14 +64,24 @@ def test_echo_uses_the_final_encrypted_content() -> None:
 
 
 def test_echo_normalises_reasoning_items() -> None:
-    item = {"type": "reasoning", "id": "rs_1", "status": "completed", "encrypted_content": None}
+    item = {"type": "reasoning", "id": "rs_1", "status": "completed", "encrypted_content": "e"}
     outcome = TurnOutcome(
         kind=OutcomeKind.FINAL_TEXT,
         raw_reason="completed",
         stop_reason="",
         continuation=(ContinuationItem("reasoning", 0, item),),
     )
-    assert ADAPTER.assistant_echo(outcome) == [{"type": "reasoning", "id": "rs_1", "summary": []}]
+    assert ADAPTER.assistant_echo(outcome) == [
+        {"type": "reasoning", "id": "rs_1", "encrypted_content": "e", "summary": []}
+    ]
+    # Without encrypted_content the item is left out (store:false cannot resolve its id).
+    bare = TurnOutcome(
+        kind=OutcomeKind.FINAL_TEXT,
+        raw_reason="completed",
+        stop_reason="",
+        continuation=(ContinuationItem("reasoning", 0, item | {"encrypted_content": None}),),
+    )
+    assert ADAPTER.assistant_echo(bare) == []
 
 
 def test_echo_rebuilds_calls_and_text_without_items() -> None:
@@ -127,7 +137,11 @@ def test_echo_gives_an_item_without_call_id_the_derived_one() -> None:
 def test_echo_orders_items_by_output_index() -> None:
     items = (
         ContinuationItem("function_call", 2, FC | {"call_id": "b", "status": "completed"}),
-        ContinuationItem("reasoning", 0, {"type": "reasoning", "id": "rs", "summary": []}),
+        ContinuationItem(
+            "reasoning",
+            0,
+            {"type": "reasoning", "id": "rs", "summary": [], "encrypted_content": "e"},
+        ),
         ContinuationItem("function_call", 1, FC | {"call_id": "a", "status": "completed"}),
     )
     outcome = TurnOutcome(
@@ -186,17 +200,13 @@ def test_build_request_full() -> None:
 
 
 def test_build_request_minimal_omits_optional_fields() -> None:
+    # "m" is not a reasoning model: no include (see test_encode_fixes.py).
     body = ADAPTER.build_request(model="m", messages=[], tools=[]).body
-    assert body == {
-        "model": "m",
-        "input": [],
-        "stream": True,
-        "store": False,
-        "include": ["reasoning.encrypted_content"],
-    }
+    assert body == {"model": "m", "input": [], "stream": True, "store": False}
     # Each request gets its own list: mutating one body cannot leak into the next.
+    body = ADAPTER.build_request(model="gpt-5", messages=[], tools=[]).body
     body["include"].append("x")  # type: ignore[attr-defined]
-    assert ADAPTER.build_request(model="m", messages=[], tools=[]).body["include"] == [
+    assert ADAPTER.build_request(model="gpt-5", messages=[], tools=[]).body["include"] == [
         "reasoning.encrypted_content"
     ]
 
@@ -218,9 +228,9 @@ def test_full_followup_input_round_trips_as_json() -> None:
     ]
     body = ADAPTER.build_request(model="m", messages=messages, tools=[]).body
     wire = msgspec.json.decode(msgspec.json.encode(body))
+    # The recording's reasoning item has no encrypted_content: it is not echoed.
     assert [item.get("type", "user") for item in wire["input"]] == [
         "user",
-        "reasoning",
         "function_call",
         "function_call",
         "function_call_output",

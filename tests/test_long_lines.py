@@ -168,8 +168,9 @@ def _check_item_and_echo(outcome: TurnOutcome, text: str) -> None:
     assert "arguments" not in item
     assert item["call_id"] == "call_1" and item["name"] == "write_file"
     echo = RESPONSES.assistant_echo(outcome)
-    assert [e.get("type") for e in echo] == ["reasoning", "function_call"]
-    echoed = echo[1]
+    # The reasoning item has no encrypted_content: under store:false it is not echoed.
+    assert [e.get("type") for e in echo] == ["function_call"]
+    echoed = echo[0]
     assert echoed["arguments"] == outcome.calls[0].raw_arguments.decode() == text
     assert echoed["call_id"] == "call_1" and echoed["name"] == "write_file"
     assert "status" not in echoed  # an output-only field
