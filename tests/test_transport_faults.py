@@ -174,3 +174,54 @@ async def test_a_redirect_is_not_followed_even_by_a_client_that_follows_them() -
 def test_a_scripted_header_outside_latin1_is_refused() -> None:
     with pytest.raises(ConfigError, match="x-note"):
         ReplayTurn(body=b"", headers={"x-note": "price \u20ac5"})
+
+
+@pytest.mark.anyio
+async def test_a_retry_is_announced_and_the_discarded_attempts_usage_is_kept() -> None:
+    # (The recording lacks the blank line that dispatches its last event.)
+    body = (FIXTURES / "anthropic" / "text_then_tool_use.sse").read_bytes() + b"\n\n"
+    cut_at = body.index(b"content_block_delta")  # after message_start (input usage), no call
+    retries: list[tuple[int, str]] = []
+
+    async def on_retry(attempt: int, reason: str) -> None:
+        retries.append((attempt, reason))
+
+    turns = [ReplayTurn(body=body, disconnect_after=cut_at), ReplayTurn(body=body)]
+    async with ReplayServer(turns) as server, httpx.AsyncClient() as http:
+        endpoint = ProviderEndpoint(base_url=server.base_url, api_key="sk-test")
+        attempt = await stream_turn(
+            http,
+            load_adapter("anthropic"),
+            MESSAGES,
+            endpoint,
+            retry=THREE,
+            on_retry=on_retry,
+            sleep=_no_sleep,
+        )
+    assert attempt.attempts == 2 and attempt.outcome.kind is OutcomeKind.TOOL_PROPOSALS
+    assert [n for n, _ in retries] == [1]
+    assert attempt.discarded_usage.input_tokens == attempt.outcome.usage.input_tokens == 377
+
+
+@pytest.mark.anyio
+async def test_the_run_loop_tells_progress_to_discard_a_retried_attempts_text() -> None:
+    from callgate.engine.core.registry import Registry
+    from callgate.engine.runtime.progress import TextChunk, TurnRetried
+
+    from .loop_helpers import make_runner, turn
+
+    provider = "openai_chat"
+    full = turn(provider, text="the answer is forty-two")
+    first_event = full.body.index(b"\n\n") + 2
+    second_event = full.body.index(b"\n\n", first_event) + 2
+    cut = ReplayTurn(body=full.body, disconnect_after=second_event)
+    async with ReplayServer([cut, full]) as server:
+        runner, progress = make_runner(provider, server.base_url, Registry([]))
+        result = await runner.start("go")
+    assert result.text == "the answer is forty-two"
+    kinds = [type(e) for e in progress.events if isinstance(e, TextChunk | TurnRetried)]
+    at = kinds.index(TurnRetried)
+    assert TextChunk in kinds[:at]  # the cut attempt's text was shown...
+    after = progress.events[progress.events.index(progress.of(TurnRetried)[0]) + 1 :]
+    shown = "".join(e.text for e in after if isinstance(e, TextChunk))
+    assert shown == result.text  # ...and what follows the retry notice is the answer

@@ -48,9 +48,24 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             cached_input_tokens=_pick(newer.cached_input_tokens, self.cached_input_tokens),
         )
 
+    def plus(self, other: Usage) -> Usage:
+        """Both reports' counts added (a count neither has stays None)."""
+        return Usage(
+            input_tokens=_add(self.input_tokens, other.input_tokens),
+            output_tokens=_add(self.output_tokens, other.output_tokens),
+            reasoning_tokens=_add(self.reasoning_tokens, other.reasoning_tokens),
+            cached_input_tokens=_add(self.cached_input_tokens, other.cached_input_tokens),
+        )
+
 
 def _pick(new: int | None, old: int | None) -> int | None:
     return old if new is None else new
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else a + b
 
 
 class ProviderErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -32,6 +32,7 @@ from .progress import (
     ProgressEvent,
     StateChanged,
     TextChunk,
+    TurnRetried,
 )
 
 __all__ = ["WIDTH", "ProgressDisplay", "header", "summary_lines"]
@@ -93,6 +94,10 @@ class ProgressDisplay:
     async def progress(self, event: ProgressEvent) -> None:
         if isinstance(event, TextChunk):
             self._text.append(event.text)
+            return
+        if isinstance(event, TurnRetried):
+            self._text.clear()  # the failed attempt's text is not the model's answer
+            self.line("retry", f"attempt {event.attempt} failed ({_clean(event.reason)}); again")
             return
         self._flush_text()
         if isinstance(event, StateChanged):

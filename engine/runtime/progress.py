@@ -24,6 +24,7 @@ __all__ = [
     "ProgressSink",
     "StateChanged",
     "TextChunk",
+    "TurnRetried",
     "progress_channel",
 ]
 
@@ -46,6 +47,15 @@ class CallPreparing(msgspec.Struct, frozen=True, tag="preparing"):
 class TextChunk(msgspec.Struct, frozen=True, tag="text"):
     operation_id: str
     text: str
+
+
+class TurnRetried(msgspec.Struct, frozen=True, tag="retry"):
+    """The model turn is being requested again (a cut stream, a retryable error): the
+    text and calls shown since the failed attempt began are to be discarded."""
+
+    operation_id: str
+    attempt: int
+    reason: str
 
 
 class CallRejected(msgspec.Struct, frozen=True, tag="rejected"):
@@ -84,6 +94,7 @@ ProgressEvent = (
     StateChanged
     | CallPreparing
     | TextChunk
+    | TurnRetried
     | CallRejected
     | ApprovalRequested
     | CallFinished

@@ -57,6 +57,7 @@ from .progress import (
     ProgressEvent,
     StateChanged,
     TextChunk,
+    TurnRetried,
 )
 from .transport import stream_turn
 
@@ -176,6 +177,11 @@ class OperationDrive:
             elif isinstance(event, TextDelta):
                 await self.emit(TextChunk(operation_id=snap.operation_id, text=event.text))
 
+        async def on_retry(attempt: int, reason: str) -> None:
+            await self.emit(
+                TurnRetried(operation_id=snap.operation_id, attempt=attempt, reason=reason)
+            )
+
         deadline = anyio.current_time() + self.tracker.remaining_seconds(now)
         if self.client is None:
             if r._tls is None:
@@ -191,11 +197,14 @@ class OperationDrive:
             retry=r._retry,
             timeouts=r._timeouts,
             on_event=on_event,
+            on_retry=on_retry,
             deadline=deadline,
         )
         outcome = attempt.outcome
         snap.outcome = outcome
-        overrun = self.tracker.record_turn(outcome.usage, outcome.model or r.model)
+        # Retried attempts were billed too: their usage counts against the budgets.
+        usage = outcome.usage.plus(attempt.discarded_usage)
+        overrun = self.tracker.record_turn(usage, outcome.model or r.model)
         event = input_for_outcome(outcome)
         if event is OpInput.TRANSIENT_FAILURE:
             # The transport already retried within its policy: what reaches us is final.

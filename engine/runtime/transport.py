@@ -43,7 +43,7 @@ from callgate.engine.core.decode import StreamDecoder
 from callgate.engine.core.errors import ConfigError
 from callgate.engine.core.events import ArgumentsDelta, CallDone, CallStarted, EngineEvent
 from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
-from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome
+from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
 
 __all__ = [
     "RETRY_STATUSES",
@@ -87,6 +87,8 @@ _ENV: dict[str, tuple[str, str, str]] = {
 }
 
 EventCallback = Callable[[EngineEvent], Awaitable[None]]
+# (attempt that failed, why it is retried)
+RetryCallback = Callable[[int, str], Awaitable[None]]
 
 
 @runtime_checkable
@@ -190,6 +192,8 @@ class TurnAttempt(msgspec.Struct, frozen=True, kw_only=True):
     retry_reasons: tuple[str, ...] = ()
     retry_delays: tuple[float, ...] = ()
     disconnected: bool = False
+    # Usage the retried attempts reported (billed, though their outcome was discarded).
+    discarded_usage: Usage = Usage()
 
 
 class _Result(msgspec.Struct, frozen=True, kw_only=True):
@@ -213,6 +217,7 @@ async def stream_turn(
     retry: RetryPolicy | None = None,
     timeouts: TransportTimeouts | None = None,
     on_event: EventCallback | None = None,
+    on_retry: RetryCallback | None = None,
     deadline: float | None = None,
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
 ) -> TurnAttempt:
@@ -222,7 +227,9 @@ async def stream_turn(
     ``deadline`` is an absolute ``anyio.current_time()``: no attempt runs past it and no
     retry starts whose wait would end after it. ``on_event`` sees every engine event as it
     is decoded (for progress displays); events of an attempt that is later retried were
-    already delivered. ``sleep`` is the wait between attempts (tests inject a recorder).
+    already delivered, so ``on_retry(attempt, reason)`` is awaited before each retry: what
+    was shown since that attempt began is to be discarded. ``sleep`` is the wait between
+    attempts (tests inject a recorder).
     """
     retry = retry or RetryPolicy()
     timeouts = timeouts or TransportTimeouts()
@@ -246,6 +253,7 @@ async def stream_turn(
     statuses: list[int] = []
     reasons: list[str] = []
     delays: list[float] = []
+    discarded = Usage()
     attempts = 0
     while True:
         budget = timeouts.total
@@ -258,6 +266,7 @@ async def stream_turn(
                 retried_statuses=tuple(statuses),
                 retry_reasons=tuple(reasons),
                 retry_delays=tuple(delays),
+                discarded_usage=discarded,
             )
         attempts += 1
         result = await _attempt(request, budget)
@@ -268,6 +277,7 @@ async def stream_turn(
             retry_reasons=tuple(reasons),
             retry_delays=tuple(delays),
             disconnected=result.disconnected,
+            discarded_usage=discarded,
         )
         if not result.retryable or attempts >= retry.max_attempts:
             return done
@@ -278,6 +288,9 @@ async def stream_turn(
             statuses.append(result.status)
         reasons.append(result.reason)
         delays.append(wait)
+        discarded = discarded.plus(result.outcome.usage)
+        if on_retry is not None:
+            await on_retry(attempts, result.reason)
         await sleep(wait)
 
 
