@@ -40,7 +40,13 @@ from callgate.engine.core.events import (
     append_fragments,
 )
 from callgate.engine.core.limits import Limits
-from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
+from callgate.engine.core.outcome import (
+    OutcomeKind,
+    ProviderErrorInfo,
+    TurnOutcome,
+    Usage,
+    token_sum,
+)
 from callgate.engine.core.sse import SSEEvent
 
 from ._utf8 import utf8_len
@@ -75,6 +81,14 @@ class _Usage(msgspec.Struct, gc=False):
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+
+    def billed_input(self) -> int | None:
+        # Anthropic's input_tokens leaves out the prompt tokens read from and written to
+        # the cache; they are billed (and resent) all the same.
+        return token_sum(
+            self.input_tokens, self.cache_read_input_tokens, self.cache_creation_input_tokens
+        )
 
 
 class _Message(msgspec.Struct, gc=False):
@@ -327,7 +341,7 @@ class AnthropicStream:
             out.append(
                 UsageReport(
                     Usage(
-                        input_tokens=usage.input_tokens,
+                        input_tokens=usage.billed_input(),
                         cached_input_tokens=usage.cache_read_input_tokens,
                     )
                 )
@@ -345,7 +359,7 @@ class AnthropicStream:
             out.append(
                 UsageReport(
                     Usage(
-                        input_tokens=usage.input_tokens,
+                        input_tokens=usage.billed_input(),
                         output_tokens=usage.output_tokens,
                         cached_input_tokens=usage.cache_read_input_tokens,
                     )

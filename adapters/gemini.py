@@ -41,7 +41,13 @@ from callgate.engine.core.events import (
     UsageReport,
 )
 from callgate.engine.core.limits import Limits
-from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
+from callgate.engine.core.outcome import (
+    OutcomeKind,
+    ProviderErrorInfo,
+    TurnOutcome,
+    Usage,
+    token_sum,
+)
 from callgate.engine.core.sse import SSEData, SSEEvent
 
 from ._gemini_wire import (
@@ -210,7 +216,8 @@ class GeminiStream:
                     UsageReport(
                         Usage(
                             input_tokens=counts[0],
-                            output_tokens=counts[1],
+                            # candidatesTokenCount leaves the (billed) thoughts out.
+                            output_tokens=token_sum(counts[1], counts[2]),
                             reasoning_tokens=counts[2],
                             cached_input_tokens=counts[3],
                         )

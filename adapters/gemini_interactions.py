@@ -47,7 +47,13 @@ from callgate.engine.core.events import (
     append_fragments,
 )
 from callgate.engine.core.limits import Limits
-from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
+from callgate.engine.core.outcome import (
+    OutcomeKind,
+    ProviderErrorInfo,
+    TurnOutcome,
+    Usage,
+    token_sum,
+)
 from callgate.engine.core.sse import SSEEvent
 
 from ._utf8 import utf8_len
@@ -296,7 +302,10 @@ class GeminiInteractionsStream:
                     UsageReport(
                         Usage(
                             input_tokens=usage.total_input_tokens,
-                            output_tokens=usage.total_output_tokens,
+                            # total_output_tokens leaves the (billed) thoughts out.
+                            output_tokens=token_sum(
+                                usage.total_output_tokens, usage.total_thought_tokens
+                            ),
                             reasoning_tokens=usage.total_thought_tokens,
                             cached_input_tokens=usage.total_cached_tokens,
                         )

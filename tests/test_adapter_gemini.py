@@ -141,7 +141,9 @@ def test_thought_signature_on_the_call_part_then_empty_stop_chunk() -> None:
         CallStarted(0, "get_country", call_id=None),
         CallDone(0, raw=b"{}"),
         ContinuationItem("thought_signature", 0, {"thoughtSignature": sig}),
-        UsageReport(Usage(input_tokens=29, output_tokens=10, reasoning_tokens=202)),
+        UsageReport(
+            Usage(input_tokens=29, output_tokens=212, reasoning_tokens=202)
+        ),  # 10 + 202 thoughts
         Completion(OutcomeKind.FINAL_TEXT, "STOP"),
     ]
 
@@ -159,7 +161,7 @@ def test_max_tokens() -> None:
     assert of(events, TextDelta) == [TextDelta("Let")]
     assert events[-1] == Completion(OutcomeKind.TRUNCATED, "MAX_TOKENS")
     assert of(events, UsageReport) == [
-        UsageReport(Usage(input_tokens=37, output_tokens=1, reasoning_tokens=95))
+        UsageReport(Usage(input_tokens=37, output_tokens=96, reasoning_tokens=95))
     ]
 
 

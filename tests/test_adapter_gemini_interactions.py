@@ -176,7 +176,7 @@ def test_steps_format_function_call() -> None:
         ArgumentsDelta(1, '{"location":"San Francisco"}'),
         CallDone(1),
         UsageReport(
-            Usage(input_tokens=53, output_tokens=15, reasoning_tokens=65, cached_input_tokens=0)
+            Usage(input_tokens=53, output_tokens=80, reasoning_tokens=65, cached_input_tokens=0)
         ),
         Completion(OutcomeKind.TOOL_PROPOSALS, "requires_action"),
     ]

@@ -15,9 +15,10 @@ another process. This module never reads a clock and never awaits.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -126,11 +127,22 @@ class Budgets(msgspec.Struct, frozen=True, kw_only=True):
             return None
         price = self.prices.get(model)
         if price is None:
-            prefixes = [name for name in self.prices if model.startswith(name)]
+            # Only a dated or versioned name of a priced model takes its price
+            # ("gpt-4o-2024-08-06", "claude-x-20250514", "-latest"); another model sharing
+            # a prefix ("o1-pro" beside "o1", "gpt-4o-mini" beside "gpt-4o") is unpriced.
+            prefixes = [
+                name
+                for name in self.prices
+                if model.startswith(name) and _VERSION_SUFFIX.fullmatch(model, len(name))
+            ]
             if not prefixes:
                 return None
             price = self.prices[max(prefixes, key=len)]
         return _dec(price[0]), _dec(price[1])
+
+
+# What may follow a priced model's name: a date, a long version number, or "latest".
+_VERSION_SUFFIX: Final = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{3,}|latest)")
 
 
 def _is_amount(value: object) -> bool:

@@ -21,6 +21,7 @@ __all__ = [
     "ProviderErrorInfo",
     "TurnOutcome",
     "Usage",
+    "token_sum",
 ]
 
 
@@ -34,6 +35,13 @@ class OutcomeKind(enum.StrEnum):
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Token counts as billed, the same meaning for every family (the budgets count the
+    first two): ``input_tokens`` every prompt token, cached ones included;
+    ``output_tokens`` every generated token, reasoning/thinking included.
+    ``reasoning_tokens`` and ``cached_input_tokens`` are the parts of those (for
+    information). Adapters add up what a provider reports apart (Anthropic's cache reads
+    and writes, Gemini's thought tokens)."""
+
     input_tokens: int | None = None
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
@@ -66,6 +74,12 @@ def _add(a: int | None, b: int | None) -> int | None:
     if a is None:
         return b
     return a if b is None else a + b
+
+
+def token_sum(*counts: int | None) -> int | None:
+    """The counts a provider reports apart, added up; None when it reported none."""
+    present = [c for c in counts if c is not None]
+    return sum(present) if present else None
 
 
 class ProviderErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -239,11 +239,13 @@ def _validate_one(
         if code is not None:
             return _reject(call, code, admission.reason, spec)
 
-    if not _approval_needed(spec, args, ctx):
-        return Executable(call=call, spec=spec, args=args, args_digest=digest)
     decision = approvals.get(call.call_id)
     if decision is None:
+        if not _approval_needed(spec, args, ctx):
+            return Executable(call=call, spec=spec, args=args, args_digest=digest)
         return NeedsApproval(call=call, spec=spec, args=args, args_digest=digest)
+    # A person decided on this call: the decision stands whatever the approval rule says
+    # now (a denied or expired call must not run because the rule changed meanwhile).
     if not digests_equal(decision.args_digest, digest):
         reason = f"approval {decision.approval_id} was given for different arguments"
         return _reject(call, ErrorCode.DENIED, reason, spec)

@@ -32,7 +32,6 @@ from callgate.engine.core.outcome import ProposedCall
 from callgate.engine.core.registry import AuthContext
 from callgate.engine.core.states import (
     OpInput,
-    OpState,
     StopInfo,
     input_for_outcome,
     transition,
@@ -237,13 +236,20 @@ class OperationDrive:
             snap.text = outcome.text or outcome.refusal or snap.text
             await self.stop(event, outcome.stop_reason, outcome.raw_reason)
             return
-        if overrun is not None and snap.state is not OpState.VALIDATING:
+        if overrun is not None:
+            # This turn spent past a token or cost budget: its proposals are not run (nor
+            # put to a person); the model would never see their results anyway.
             await self.exhausted(overrun)
 
     async def validate(self, decisions: dict[str, ApprovalDecision] | None) -> None:
         snap = self.snap
         outcome = snap.outcome
         assert outcome is not None
+        late = self.tracker.check_deadline(self.r._clock())
+        if late is not None:
+            # Out of time: ask no person to approve, and run nothing after a resume.
+            await self.exhausted(late)
+            return
         if decisions is None:
             for call in outcome.calls:
                 # Arguments with no canonical form (an integer beyond 64 bits) cannot be
