@@ -67,9 +67,10 @@ class Budgets(msgspec.Struct, frozen=True, kw_only=True):
     # Spend in the host's currency, priced by ``prices``. None: no cost cap (the token
     # budgets still bound spend); callgate cannot guess a currency or a price.
     max_cost: Decimal | float | int | None = None
-    # Model name -> Price. Looked up exactly, then by the longest prefix (providers return
-    # dated names such as "gpt-4o-2024-08-06"). With max_cost set, a turn of an unpriced
-    # model exhausts the cost budget: unknown spend is not zero spend.
+    # Model name -> Price. Looked up exactly, then by the longest name followed by a date,
+    # a version number or "-latest" (providers return dated names such as
+    # "gpt-4o-2024-08-06"; "gpt-4o-mini" is another model). With max_cost set, a turn of
+    # an unpriced model exhausts the cost budget: unknown spend is not zero spend.
     prices: dict[str, Price] = {}
     # Calls of one turn running at once. Eight keeps a parallel fan-out fast without
     # letting one response monopolise downstream systems.
