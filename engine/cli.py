@@ -21,14 +21,15 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+import msgspec
 import orjson
 
 from .cli_admin import add_admin_commands
 from .cli_audit import add_audit_commands
-from .core.adapter import PROVIDERS
-from .core.decode import decode
+from .core.adapter import PROVIDERS, load_adapter
+from .core.decode import StreamDecoder, decode
 from .core.outcome import TurnOutcome
 
 __all__ = ["main", "outcome_json"]
@@ -64,26 +65,49 @@ def outcome_json(outcome: TurnOutcome) -> dict[str, Any]:
     }
 
 
-def _chunks(data: bytes, size: int | None) -> Iterator[bytes]:
-    if not size:
-        yield data
-        return
-    for i in range(0, len(data), size):
-        yield data[i : i + size]
+_READ_SIZE = 64 * 1024
+
+
+def _json_line(value: object) -> str:
+    """One JSON line; orjson, unless a value is beyond it (an integer past 64 bits in a
+    call's arguments): msgspec encodes integers of any size."""
+    try:
+        data = orjson.dumps(value)
+    except TypeError:
+        data = msgspec.json.encode(value)
+    return data.decode() + "\n"
+
+
+def _decode_stream(provider: str, stream: BinaryIO, size: int) -> TurnOutcome:
+    """Read ``stream`` in ``size``-byte chunks into the bounded decoder, and stop reading
+    once the decoder has failed (a cap): memory stays bounded even for an endless input."""
+    decoder = StreamDecoder(load_adapter(provider))
+    while not decoder.failed:
+        chunk = stream.read(size)
+        if not chunk:
+            break
+        decoder.feed(chunk)
+    return decoder.finish()
 
 
 def _cmd_decode(args: argparse.Namespace) -> int:
-    path = Path(args.file)
-    try:
-        data = sys.stdin.buffer.read() if args.file == "-" else path.read_bytes()
-    except OSError as exc:
-        print(f"callgate decode: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
-        return 2
     if args.chunk_size is not None and args.chunk_size < 1:
         print("callgate decode: --chunk-size must be a positive integer", file=sys.stderr)
         return 2
-    outcome = decode(args.provider, _chunks(data, args.chunk_size))
-    sys.stdout.write(orjson.dumps(outcome_json(outcome)).decode() + "\n")
+    size: int = args.chunk_size or _READ_SIZE
+    try:
+        if args.file == "-":
+            if sys.stdin is None:
+                print("callgate decode: standard input is closed", file=sys.stderr)
+                return 2
+            outcome = _decode_stream(args.provider, sys.stdin.buffer, size)
+        else:
+            with Path(args.file).open("rb") as stream:
+                outcome = _decode_stream(args.provider, stream, size)
+    except OSError as exc:
+        print(f"callgate decode: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    sys.stdout.write(_json_line(outcome_json(outcome)))
     return 0
 
 
@@ -104,8 +128,12 @@ def _cmd_fixtures(args: argparse.Namespace) -> int:
     if not root.is_dir():
         print(f"callgate fixtures: no such directory {root}", file=sys.stderr)
         return 2
-    for line in fixture_lines(root):
-        print(line)
+    try:
+        for line in fixture_lines(root):
+            print(line)
+    except OSError as exc:  # e.g. a directory named like a stream (x.sse/)
+        print(f"callgate fixtures: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
     return 0
 
 

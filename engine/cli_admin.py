@@ -5,12 +5,14 @@ It owns: the store URL option (``--store``, else env ``CALLGATE_STORE``, else
 ``sqlite:///./callgate.db``), the aligned-text and ``--json`` views of store records, the
 defensive reading of an operation's snapshot, loading a host's tool registry for
 ``operations resume`` (``--registry MODULE:ATTR``), and turning every refusal into one line
-on stderr with exit status 1 (usage problems: 2) — never a traceback.
+on stderr with exit status 1 (usage problems: 2) — never a traceback (the mapping is in
+``cli_errors``).
 
 It must never: show a store URL except through ``redact_url`` (nor a password quoted inside
 a driver's error text), print a conversation or a call's arguments (they may hold personal
 data; the redacted audit trail is the place for those), create a SQLite database on a
-listing or a decision (a mistyped path would quietly show an empty store), or import
+listing or a decision (a mistyped path would quietly show an empty store), migrate a
+database on a listing (list/show open the store with ``migrate=False``), or import
 ``callgate.adapters`` (the run loop resolves providers by name).
 """
 
@@ -26,20 +28,19 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import anyio
 import msgspec
 import orjson
 
 from .cli_audit import CliFailure, secret_from_env
+from .cli_errors import failure_text, innermost, refuse_undecodable, scrub
 from .core.adapter import PROVIDERS
 from .core.audit import escape_controls
-from .core.errors import CallgateError
 from .core.registry import Registry
 from .core.states import OpState
 from .store.base import ApprovalRecord, ApprovalStatus, OperationRecord, Store
-from .store.errors import ApprovalAlreadyDecided, ApprovalExpired, StoreUnavailable
+from .store.errors import ApprovalAlreadyDecided, ApprovalExpired
 from .store.sqlite import SQLiteStore
 from .store.url import open_store, redact_url
 
@@ -69,32 +70,14 @@ def _store_url(args: argparse.Namespace) -> str:
     return url
 
 
-def _scrub(text: str, url: str) -> str:
-    """``text`` without the store password, in case a driver quoted the DSN."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        return text
-    if password:
-        for spelling in {password, unquote(password)}:
-            text = text.replace(spelling, "***")
-    return text
-
-
-def _innermost(exc: BaseException) -> BaseException:
-    # A task group wraps a single failure in an ExceptionGroup; report the failure itself.
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 def _run_with_store(args: argparse.Namespace, handler: Handler) -> int:
     """Open the store of ``args``, run ``handler`` with it, and map every refusal to a line
-    on stderr and an exit status."""
+    on stderr and an exit status. A listing (``read_only``) opens it without migrating."""
     url = _store_url(args)
     command: str = args.command_name
     try:
-        store = open_store(url)
+        refuse_undecodable(args, url)
+        store = open_store(url, migrate=not args.read_only)
         if isinstance(store, SQLiteStore) and not Path(store.path).is_file():
             raise CliFailure(
                 f"no SQLite database at {store.path!r} (store {redact_url(url)}); "
@@ -107,21 +90,11 @@ def _run_with_store(args: argparse.Namespace, handler: Handler) -> int:
 
         return anyio.run(main)
     except Exception as exc:
-        inner = _innermost(exc)
-        if isinstance(inner, CliFailure):
-            status, text = inner.status, str(inner)
-        elif isinstance(inner, StoreUnavailable):
-            status, text = 1, f"store {redact_url(url)}: {inner} ({inner.code})"
-        elif isinstance(inner, CallgateError):
-            code = getattr(inner, "code", None)
-            status, text = 1, f"{inner} ({code})" if isinstance(code, str) else str(inner)
-        elif isinstance(inner, ModuleNotFoundError) and inner.name == "asyncpg":
-            status, text = 1, "PostgreSQL stores need asyncpg: pip install 'callgate[postgres]'"
-        elif isinstance(inner, OSError):
-            status, text = 1, f"store {redact_url(url)}: {inner}"
-        else:
+        refusal = failure_text(innermost(exc), url)
+        if refusal is None:
             raise
-        print(f"{command}: {_scrub(text, url)}", file=sys.stderr)
+        status, text = refusal
+        print(f"{command}: {scrub(text, url)}", file=sys.stderr)
         return status
 
 
@@ -445,6 +418,14 @@ async def _operations_show(args: argparse.Namespace, store: Store) -> int:
     return 0
 
 
+def _where(exc: msgspec.DecodeError) -> str:
+    # msgspec names the place (``... - at `$.calls[0]```) and may quote the value before
+    # it: show the kind of failure and the place only, never stored content.
+    kind = "not valid JSON" if type(exc) is msgspec.DecodeError else "unexpected shape"
+    _, sep, path = str(exc).rpartition(" - at ")
+    return f"{kind} at {_s(path)}" if sep else kind
+
+
 def load_registry(spec: str) -> Registry:
     """The ``Registry`` named by ``MODULE:ATTR`` (ATTR may be dotted, and may name a
     zero-argument function returning the registry). Refusals are ``CliFailure`` (status 2)."""
@@ -465,6 +446,14 @@ def load_registry(spec: str) -> Registry:
         except AttributeError:
             raise CliFailure(f"--registry: {module_name!r} has no attribute {attr!r}", 2) from None
     if inspect.isfunction(obj) or inspect.ismethod(obj):
+        try:
+            inspect.signature(obj).bind()
+        except TypeError:
+            raise CliFailure(
+                f"--registry: {spec!r} is a function that takes arguments; name a Registry "
+                "or a zero-argument function returning one",
+                2,
+            ) from None
         obj = obj()
     if not isinstance(obj, Registry):
         raise CliFailure(f"--registry: {spec!r} is a {type(obj).__name__}, not a Registry", 2)
@@ -502,7 +491,13 @@ async def _operations_resume(args: argparse.Namespace, store: Store) -> int:
             binding_secret=secret,
             audit=None if sink is None else sink.write,
         )
-        await runner.resume(record.operation_id)
+        try:
+            await runner.resume(record.operation_id)
+        except msgspec.DecodeError as exc:  # ValidationError too: a snapshot of another shape
+            raise CliFailure(
+                f"operation {_s(record.operation_id)}: its snapshot cannot be read by this "
+                f"callgate ({_where(exc)}); nothing was resumed"
+            ) from None
     finally:
         if sink is not None:
             await sink.aclose()
@@ -541,7 +536,11 @@ def _leaf(
     common: argparse.ArgumentParser,
 ) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
-    p.set_defaults(func=lambda args: _run_with_store(args, handler), command_name=p.prog)
+    # list/show only read: they must not migrate (or create) whatever --store points at.
+    read_only = name in ("list", "show")
+    p.set_defaults(
+        func=lambda args: _run_with_store(args, handler), command_name=p.prog, read_only=read_only
+    )
     return p
 
 

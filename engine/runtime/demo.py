@@ -142,14 +142,26 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     """Run the demo as ``args`` say; the process exit code (see the module docstring)."""
     try:
-        workdir = Path(args.workdir or tempfile.mkdtemp(prefix="callgate-demo-")).resolve()
-        workdir.mkdir(parents=True, exist_ok=True)
+        if args.store is not None:
+            open_store(args.store)  # a malformed URL is a ConfigError now, not mid-run
+        workdir = _workdir(args.workdir)
         return anyio.run(_demo, args, workdir)
     except CallgateError as exc:
         print(f"callgate demo: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _workdir(arg: str | None) -> Path:
+    try:
+        workdir = Path(arg or tempfile.mkdtemp(prefix="callgate-demo-")).resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"--workdir {arg} exists and is not a directory") from None
+    except OSError as exc:
+        raise ConfigError(f"--workdir {arg}: {exc.strerror or exc}") from None
+    return workdir
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -351,7 +363,10 @@ async def _wait_for_person(plan: _Plan, step: int, pending: Sequence[str]) -> bo
     print(header(f"{step} · a person decides (--interactive)"), flush=True)
     display.line("decide", "in another terminal, run one of (python -m callgate.engine.cli …")
     display.line("", "works the same when callgate is not on your PATH):")
-    store = plan.store_url
+    # Never the password: the person substitutes it (or sets CALLGATE_STORE and drops --store).
+    store = redact_url(plan.store_url)
+    if store != plan.store_url:
+        display.line("", "(the store URL's credentials are shown as ***: put yours in)")
     for approval_id in pending:
         print(f"    callgate approvals show {approval_id} --store {store}")
         print(f"    callgate approvals approve {approval_id} --store {store} --approver YOU")

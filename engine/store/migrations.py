@@ -10,7 +10,12 @@ versions are rows of ``schema_version``. ``start()`` of a backend runs its runne
   from the schema name, so concurrent starters serialize (plain ``CREATE ... IF NOT
   EXISTS`` alone races on the catalog's unique indexes).
 
-Both are idempotent. A database whose newest version is above ``LATEST_VERSION`` was
+Both are idempotent. ``check_sqlite``/``check_postgres`` are their read-only twins, for a
+store started with ``migrate=False`` (the CLI's listings): they change nothing, and refuse
+a database that callgate has not migrated to this version (``SchemaMissing``) — a listing
+pointed at the wrong file or a mistyped ``?schema=`` must not turn it into a store.
+
+A database whose newest version is above ``LATEST_VERSION`` was
 migrated by a newer callgate: refuse (``SchemaTooNew``) rather than write old-shaped rows.
 ``schema_version.applied_at`` is the one timestamp the store takes from a clock — the
 database server's — because no caller is there to pass one in.
@@ -19,9 +24,11 @@ database server's — because no caller is there to pass one in.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import msgspec
+
+from callgate.engine.core.errors import StoreError
 
 from .errors import SchemaTooNew
 
@@ -30,9 +37,20 @@ __all__ = [
     "MIGRATIONS",
     "Dialect",
     "Migration",
+    "SchemaMissing",
     "apply_postgres",
     "apply_sqlite",
+    "check_postgres",
+    "check_sqlite",
 ]
+
+
+class SchemaMissing(StoreError):
+    """A store started without migrating (``migrate=False``) found no callgate schema, or
+    an older one: it is not (yet) a callgate store of this version."""
+
+    code: ClassVar[str] = "schema_missing"
+
 
 Dialect = Literal["sqlite", "postgres"]
 
@@ -137,6 +155,39 @@ def _check_not_newer(current: int) -> None:
             f"database schema is at version {current}; this callgate knows up to "
             f"{LATEST_VERSION}: upgrade callgate"
         )
+
+
+def _check_current(current: int | None) -> int:
+    if current is None:
+        raise SchemaMissing("no callgate schema in this database (no schema_version table)")
+    _check_not_newer(current)
+    if current < LATEST_VERSION:
+        raise SchemaMissing(
+            f"the callgate schema is at version {current}, this callgate needs "
+            f"{LATEST_VERSION}: start a store that migrates (e.g. run the engine) first"
+        )
+    return current
+
+
+_SQLITE_HAS_VERSIONS = (
+    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+)
+_CURRENT_VERSION = "SELECT coalesce(max(version), 0) FROM schema_version"
+
+
+def check_sqlite(conn: sqlite3.Connection) -> int:
+    """The schema version, read without writing; ``SchemaMissing`` unless it is current."""
+    if conn.execute(_SQLITE_HAS_VERSIONS).fetchone() is None:
+        return _check_current(None)
+    return _check_current(int(conn.execute(_CURRENT_VERSION).fetchone()[0]))
+
+
+async def check_postgres(conn: Any) -> int:
+    """``check_sqlite`` for PostgreSQL (the connection's ``search_path`` names the schema;
+    a schema that does not exist simply has no ``schema_version``)."""
+    if await conn.fetchval("SELECT to_regclass('schema_version')") is None:
+        return _check_current(None)
+    return _check_current(int(await conn.fetchval(_CURRENT_VERSION)))
 
 
 def apply_sqlite(conn: sqlite3.Connection) -> int:

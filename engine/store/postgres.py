@@ -18,6 +18,8 @@ Locking design (READ COMMITTED, PostgreSQL's default):
   level or under unusual plans) are retried a bounded number of times.
 - ``schema``: an optional PostgreSQL schema (created on start) so several deployments or
   test runs share one database; it is put on every pooled connection's ``search_path``.
+- ``migrate=False`` (read-only commands): start() creates no schema or table and refuses
+  a database without callgate's current schema (``SchemaMissing``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from .base import (
     Store,
 )
 from .errors import ApprovalError, DuplicateRecord, RecordNotFound, StoreUnavailable
-from .migrations import apply_postgres
+from .migrations import apply_postgres, check_postgres
 from .rows import (
     APPROVAL_COLUMNS,
     LEDGER_COLUMNS,
@@ -119,6 +121,7 @@ class PostgresStore(rules.LedgerMoves, Store):
         max_size: int = 10,
         command_timeout: float = 30.0,
         max_attempts: int = 5,
+        migrate: bool = True,
     ) -> None:
         if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
             raise ConfigError(f"schema must match {_SCHEMA_NAME.pattern}, got {schema!r}")
@@ -128,6 +131,7 @@ class PostgresStore(rules.LedgerMoves, Store):
         self._max_size = max_size
         self._command_timeout = command_timeout
         self._max_attempts = max_attempts
+        self._migrate = migrate
         self._pool: Any = None
 
     # -- plumbing ------------------------------------------------------------------------
@@ -146,9 +150,14 @@ class PostgresStore(rules.LedgerMoves, Store):
             )
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+        except ValueError as exc:  # asyncpg's DSN parser (a bad port, an unknown option)
+            raise ConfigError(f"malformed PostgreSQL URL: {exc}") from None
         try:
             async with pool.acquire() as conn:
-                await apply_postgres(conn, self.schema)
+                if self._migrate:
+                    await apply_postgres(conn, self.schema)
+                else:
+                    await check_postgres(conn)  # read-only: creates no schema or table
         except BaseException:
             await pool.close()
             raise

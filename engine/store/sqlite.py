@@ -34,6 +34,7 @@ import random
 import sqlite3
 import threading
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Literal, TypeVar
 
 import anyio
@@ -60,7 +61,7 @@ from .errors import (
     StoreBusy,
     StoreUnavailable,
 )
-from .migrations import apply_sqlite
+from .migrations import apply_sqlite, check_sqlite
 from .rows import (
     APPROVAL_COLUMNS,
     LEDGER_COLUMNS,
@@ -117,7 +118,9 @@ def _is_busy(exc: sqlite3.Error) -> bool:
 class SQLiteStore(rules.LedgerMoves, Store):
     """A store in one SQLite file (created if missing, WAL mode). See the module docstring
     for the locking design; ``busy_timeout`` is seconds per attempt, ``max_attempts``
-    bounds the retries of a transaction that keeps meeting a locked database."""
+    bounds the retries of a transaction that keeps meeting a locked database.
+    ``migrate=False`` (read-only commands): the file must exist and hold callgate's current
+    schema (else ``StoreUnavailable``/``SchemaMissing``); start() changes nothing in it."""
 
     def __init__(
         self,
@@ -127,6 +130,7 @@ class SQLiteStore(rules.LedgerMoves, Store):
         busy_timeout: float = 5.0,
         max_attempts: int = 10,
         synchronous: Literal["FULL", "NORMAL", "EXTRA"] = "FULL",
+        migrate: bool = True,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL", "EXTRA"):
             raise ConfigError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
@@ -135,6 +139,7 @@ class SQLiteStore(rules.LedgerMoves, Store):
         self._busy_timeout = busy_timeout
         self._max_attempts = max_attempts
         self._synchronous = synchronous
+        self._migrate = migrate
         self._idle: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
         self._write_lock = threading.Lock()
@@ -143,9 +148,12 @@ class SQLiteStore(rules.LedgerMoves, Store):
 
     # -- plumbing ------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
+        # Read-only start (migrate=False): never create the file (mode=rw refuses to).
+        target = self.path if self._migrate else Path(self.path).absolute().as_uri() + "?mode=rw"
         try:
             conn = sqlite3.connect(
-                self.path,
+                target,
+                uri=not self._migrate,
                 timeout=self._busy_timeout,
                 isolation_level=None,  # autocommit: we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # one thread at a time, handed over by the pool
@@ -233,6 +241,9 @@ class SQLiteStore(rules.LedgerMoves, Store):
         self._limiter = anyio.CapacityLimiter(self._pool_size)
 
         def migrate(conn: sqlite3.Connection) -> None:
+            if not self._migrate:
+                check_sqlite(conn)  # read-only: neither the journal mode nor the schema
+                return
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"SQLite refused WAL mode for {self.path!r} (got {mode!r})")
