@@ -141,3 +141,17 @@ def test_long_arguments_nested_past_the_cap_are_rejected_at_once() -> None:
         parse_arguments(raw, 64)
     shallow = b'{"a":' + b"[" * 3 + b'"' + b"x" * (1 << 20) + b'"' + b"]" * 3 + b"}"
     assert parse_arguments(shallow, 64) == {"a": [[["x" * (1 << 20)]]]}
+
+
+def test_decode_stops_reading_an_endless_source_once_it_failed() -> None:
+    read = 0
+
+    def endless() -> Iterator[bytes]:
+        nonlocal read
+        while True:
+            read += 1
+            yield b"\x00" * (64 * 1024)  # no line end, ever
+
+    out = decode("anthropic", endless())
+    assert out.kind is OutcomeKind.FAILED and "max_line_bytes" in out.stop_reason
+    assert read <= Limits().max_line_bytes // (64 * 1024) + 2

@@ -353,4 +353,6 @@ def decode(provider: str, chunks: Iterable[bytes], limits: Limits | None = None)
     pump = decoder._pump
     for chunk in chunks:
         pump(chunk, None)
+        if decoder._done:
+            break  # failed: the rest would be ignored (and an endless source must end)
     return decoder.finish()
