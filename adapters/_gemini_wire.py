@@ -61,6 +61,7 @@ class _Content(msgspec.Struct, gc=False):
 class _Candidate(msgspec.Struct, rename="camel", gc=False):
     content: _Content | None = None
     finish_reason: str | None = None
+    index: int = 0  # only candidate 0 is the turn (callgate never asks for more)
 
 
 class _UsageMeta(msgspec.Struct, rename="camel", gc=False):
@@ -106,6 +107,7 @@ class _LeanContent(msgspec.Struct, gc=False):
 class _LeanCandidate(msgspec.Struct, rename="camel", gc=False):
     content: _LeanContent | None = None
     finish_reason: str | None = None
+    index: int = 0
 
 
 class LeanChunk(msgspec.Struct, rename="camel", gc=False):
@@ -133,7 +135,7 @@ def continuation(chunk: LeanChunk, usage: tuple[int | None, ...]) -> FunctionCal
         return None
     cand = candidates[0]
     content = cand.content
-    if cand.finish_reason is not None or content is None:
+    if cand.finish_reason is not None or content is None or cand.index != 0:
         return None
     parts = content.parts
     if parts is None or len(parts) != 1:

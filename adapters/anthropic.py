@@ -350,7 +350,9 @@ class AnthropicStream:
     def _message_delta(self, ev: _MessageDelta, out: list[BatchEvent]) -> None:
         delta = ev.delta
         if delta is not None:
-            if delta.stop_reason is not None:
+            if delta.stop_reason is not None and self._stop_reason is None:
+                # The first stop reason counts: a repeated message_delta cannot turn
+                # max_tokens into end_turn.
                 self._stop_reason = delta.stop_reason
             if delta.stop_details is not None:
                 out.append(ProviderDetail("stop_details", delta.stop_details))

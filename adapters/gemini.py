@@ -117,6 +117,7 @@ class GeminiStream:
         "_blocked",
         "_calls",
         "_finish",
+        "_id_known",
         "_items",
         "_junk",
         "_junk_bytes",
@@ -136,6 +137,7 @@ class GeminiStream:
         self._part_pos = 0
         self._items = 0
         self._meta_sent = False
+        self._id_known = False  # a responseId was reported (it may come after the model)
         self._usage: tuple[int | None, ...] = NO_USAGE
         self._finish: str | None = None
         self._blocked: str | None = None
@@ -162,7 +164,7 @@ class GeminiStream:
                     out += self._unframed(event.data)
                     continue
                 vertex = self._vertex
-                if vertex is not None and self._thought_pos < 0 and self._meta_sent:
+                if vertex is not None and self._thought_pos < 0 and self._id_known:
                     try:
                         fc = continuation(lean(event.data), self._usage)
                     except msgspec.DecodeError:
@@ -188,16 +190,25 @@ class GeminiStream:
         out: list[EngineEvent] = []
         if not self._meta_sent and (chunk.response_id or chunk.model_version):
             self._meta_sent = True
+            self._id_known = chunk.response_id is not None
             out.append(ResponseMeta(chunk.response_id, chunk.model_version))
+        elif not self._id_known and chunk.response_id:
+            # The id came after the model version: derived call ids must use it.
+            self._id_known = True
+            out.append(ResponseMeta(chunk.response_id, None))
         candidates = chunk.candidates
-        if candidates:
-            cand = candidates[0]
+        cand = candidates[0] if candidates else None
+        if cand is not None and cand.index != 0:
+            # Another candidate (never asked for) is not this turn.
+            cand = next((c for c in candidates or () if c.index == 0), None)
+        if cand is not None:
             content = cand.content
             if content is not None and content.parts:
                 for part in content.parts:
                     self._part(part, out)
-            if cand.finish_reason is not None:
-                # Remembered, not emitted: an unframed error body may still follow.
+            if cand.finish_reason is not None and self._finish is None:
+                # Remembered, not emitted: an unframed error body may still follow. The
+                # first one counts: a later STOP cannot undo MAX_TOKENS or SAFETY.
                 self._finish = cand.finish_reason
         elif chunk.prompt_feedback is not None and chunk.prompt_feedback.block_reason:
             self._blocked = chunk.prompt_feedback.block_reason

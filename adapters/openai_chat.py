@@ -284,7 +284,10 @@ class OpenAIChatStream:
                     if delta.tool_calls:
                         self._tool_calls(delta.tool_calls, out)
                 if choice.finish_reason:
-                    self._finish = choice.finish_reason
+                    if self._finish is None:
+                        # The first ending counts: a repeated one ("length", then "stop")
+                        # cannot turn a cut answer into a complete one.
+                        self._finish = choice.finish_reason
                     # Chat's only "arguments done" signal: every open call is complete.
                     out.extend(CallDone(index) for index in self._open)
                     self._open.clear()

@@ -172,6 +172,10 @@ class _DeltaEvent(msgspec.Struct, frozen=True, gc=False):
     delta: str
 
 
+class _RefusalDoneEvent(msgspec.Struct, frozen=True, gc=False):
+    refusal: str = ""
+
+
 class _ErrorEvent(msgspec.Struct, frozen=True, gc=False):
     # Flat shape (SDK types) carries code/message at the top; the recorded shape nests
     # them under "error". The top-level "type" is the event type, so it is not read.
@@ -192,6 +196,7 @@ _INDEXED_DELTA = msgspec.json.Decoder(_IndexedDeltaEvent)
 _ARGS_DELTA_NAME = "response.function_call_arguments.delta"
 _ARGS_DONE = msgspec.json.Decoder(_ArgumentsDoneEvent)
 _DELTA = msgspec.json.Decoder(_DeltaEvent)
+_REFUSAL_DONE = msgspec.json.Decoder(_RefusalDoneEvent)
 _ERROR = msgspec.json.Decoder(_ErrorEvent)
 _TYPE = msgspec.json.Decoder(_TypeView)
 _JSON = msgspec.json.Decoder()
@@ -217,6 +222,8 @@ class OpenAIResponsesStream:
         "_items",
         "_limits",
         "_meta_sent",
+        "_refusal_text",
+        "_refused",
         "_started",
         "_terminal",
     )
@@ -229,6 +236,10 @@ class OpenAIResponsesStream:
         self._items = 0
         self._meta_sent = False
         self._terminal = False
+        # A refusal part was seen (even one without deltas or text), and whether its text
+        # reached the turn as RefusalDelta: a refusal is never read as final_text.
+        self._refused = False
+        self._refusal_text = False
 
     def decode_batch(self, events: list[SSEEvent], out: list[BatchEvent]) -> None:
         """Translate a chunk's events in order; consecutive argument deltas become one
@@ -383,7 +394,13 @@ class OpenAIResponsesStream:
         if arguments is not None:
             item["arguments"] = _JSON.decode(arguments)
             item = {key: item[key] for key in order}  # the members in their wire order
-        return [ContinuationItem(kind, index, item)]
+        out: list[EngineEvent] = []
+        if kind == "message" and isinstance(item.get("content"), list):
+            for part in item["content"]:
+                if isinstance(part, dict) and part.get("type") == "refusal":
+                    out += self._refusal(part.get("refusal"))
+        out.append(ContinuationItem(kind, index, item))
+        return out
 
     def _on_text_delta(self, data: SSEData) -> list[EngineEvent]:
         delta = _DELTA.decode(data).delta
@@ -391,7 +408,22 @@ class OpenAIResponsesStream:
 
     def _on_refusal_delta(self, data: SSEData) -> list[EngineEvent]:
         delta = _DELTA.decode(data).delta
-        return [RefusalDelta(delta)] if delta else []
+        self._refused = True
+        if not delta:
+            return []
+        self._refusal_text = True
+        return [RefusalDelta(delta)]
+
+    def _on_refusal_done(self, data: SSEData) -> list[EngineEvent]:
+        # The whole refusal text: it counts only when no delta carried it.
+        return self._refusal(_REFUSAL_DONE.decode(data).refusal)
+
+    def _refusal(self, text: object) -> list[EngineEvent]:
+        self._refused = True
+        if self._refusal_text or not isinstance(text, str) or not text:
+            return []
+        self._refusal_text = True
+        return [RefusalDelta(text)]
 
     def _terminal_response(self, data: SSEData) -> tuple[_ResponseView, list[EngineEvent]]:
         if self._terminal:
@@ -409,7 +441,10 @@ class OpenAIResponsesStream:
     def _on_completed(self, data: SSEData) -> list[EngineEvent]:
         response, out = self._terminal_response(data)
         raw = response.status or "completed"
-        out.append(Completion(FINISH_REASONS.get(raw, OutcomeKind.FAILED), raw))
+        kind = FINISH_REASONS.get(raw, OutcomeKind.FAILED)
+        if self._refused and not self._refusal_text and kind is OutcomeKind.FINAL_TEXT:
+            kind = OutcomeKind.REFUSAL  # a refusal part without text: still a refusal
+        out.append(Completion(kind, raw))
         return out
 
     def _on_incomplete(self, data: SSEData) -> list[EngineEvent]:
@@ -464,6 +499,7 @@ _HANDLERS: dict[str, _Handler] = {
     "response.output_item.done": OpenAIResponsesStream._on_item_done,
     "response.output_text.delta": OpenAIResponsesStream._on_text_delta,
     "response.refusal.delta": OpenAIResponsesStream._on_refusal_delta,
+    "response.refusal.done": OpenAIResponsesStream._on_refusal_done,
     "response.completed": OpenAIResponsesStream._on_completed,
     "response.incomplete": OpenAIResponsesStream._on_incomplete,
     "response.failed": OpenAIResponsesStream._on_failed,

@@ -2,8 +2,8 @@
 no cut of any stream is ever reported as a completed turn.
 
 Golden outcomes live in tests/golden/outcomes.json (reviewed against each fixture's
-description in tests/fixtures/SOURCES.md). Three fixtures end without the blank line that
-terminates their last SSE event (two Anthropic ``message_stop``, one Chat ``[DONE]``); per
+description in tests/fixtures/SOURCES.md). Four fixtures end without the blank line that
+terminates their last SSE event (three Anthropic ``message_stop``, one Chat ``[DONE]``); per
 the event-stream rules an unterminated event is discarded, so they are ``truncated`` —
 byte-identical to a stream cut just before its final blank line. Their done calls are
 still listed.
