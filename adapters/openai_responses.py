@@ -79,8 +79,10 @@ FINISH_REASONS: dict[str, OutcomeKind] = {
 _INCLUDE = ["reasoning.encrypted_content"]
 
 # Model names that get ``_INCLUDE``: the o-series (o1, o3-mini, o4-mini, ...), the gpt-5
-# family except gpt-5-chat (gpt-5, gpt-5-mini, gpt-5.1, gpt-5-codex, ...) and codex models.
-_REASONING_MODEL = re.compile(r"o\d|gpt-5(?!-chat)|.*codex")
+# family except gpt-5-chat (gpt-5, gpt-5-mini, gpt-5.1, gpt-5-codex, ...), gpt-oss and
+# codex models, also inside a longer name (an Azure deployment "prod-o3-mini", a
+# fine-tune "ft:o4-mini:org::id"): a word that starts one of those.
+_REASONING_MODEL = re.compile(r"(?:^|[^a-z0-9])(?:o\d|gpt-5(?!-chat)|gpt-oss|codex)")
 
 
 def is_reasoning_model(model: str) -> bool:
@@ -90,7 +92,7 @@ def is_reasoning_model(model: str) -> bool:
     (``openai/gpt-5``) is ignored. A name the rule does not know counts as non-reasoning:
     such a model then gets no encrypted reasoning to carry between turns."""
     name = model.rsplit("/", 1)[-1].strip().lower()
-    return _REASONING_MODEL.match(name) is not None
+    return _REASONING_MODEL.search(name) is not None
 
 
 # --- decode views: only the fields this adapter reads --------------------------------------
@@ -602,9 +604,10 @@ class OpenAIResponsesAdapter:
         max_tokens: int | None = None,
         previous: TurnOutcome | None = None,
     ) -> HttpRequestSpec:
-        """The stateless streaming request: the whole conversation travels in ``input``
-        (``previous`` is unused), ``store:false``, and ``include`` asks for
-        ``reasoning.encrypted_content`` only when ``is_reasoning_model(model)``."""
+        """The stateless streaming request: the whole conversation travels in ``input``,
+        ``store:false``, and ``include`` asks for ``reasoning.encrypted_content`` when
+        ``is_reasoning_model(model)`` or when the ``previous`` turn produced reasoning
+        items (the model is a reasoning one whatever its name)."""
         body: dict[str, object] = {"model": model, "input": messages}
         if tools:
             body["tools"] = [
@@ -619,7 +622,10 @@ class OpenAIResponsesAdapter:
             ]
         body["stream"] = True
         body["store"] = False
-        if is_reasoning_model(model):
+        reasoned = previous is not None and any(
+            item.kind == "reasoning" for item in previous.continuation
+        )
+        if reasoned or is_reasoning_model(model):
             body["include"] = list(_INCLUDE)
         if system is not None:
             body["instructions"] = system

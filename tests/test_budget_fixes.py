@@ -228,3 +228,10 @@ def test_a_price_does_not_stretch_to_another_model_sharing_its_prefix() -> None:
     tracker = BudgetTracker(budgets, now=0)
     spent = tracker.record_turn(Usage(input_tokens=1, output_tokens=1), "o1-pro")
     assert spent is not None and spent.budget == "max_cost"  # unpriced: the cap stops it
+
+
+def test_a_preview_or_short_dated_name_takes_its_models_price() -> None:
+    budgets = Budgets(max_cost=Decimal(10), prices={"gemini-2.5-flash": (1, 2), "o1": (15, 60)})
+    assert budgets.price_for("gemini-2.5-flash-preview-05-20") == (Decimal(1), Decimal(2))
+    assert budgets.price_for("o1-preview") == (Decimal(15), Decimal(60))
+    assert budgets.price_for("gemini-2.5-flash-lite") is None  # another model

@@ -310,3 +310,94 @@ async def test_a_reconcile_that_finds_nothing_gives_the_key_back_as_unknown(
         row = await store.ledger_get(AUTH.tenant, key)
     assert result.status == "outcome_unknown" and result.unresolved and not result.ran
     assert row is not None and row.state is LedgerState.UNKNOWN and row.owner is None
+
+
+_LOOP_STOPPED = """
+import asyncio, threading, time, msgspec
+from callgate.engine.core.registry import AuthContext, Registry, ToolSpec
+from callgate.engine.core.outcome import ProposedCall
+from callgate.engine.core.validation import validate_turn
+from callgate.engine.runtime.dispatch import DispatchContext, execute_calls
+
+class N(msgspec.Struct, forbid_unknown_fields=True):
+    n: int
+
+def handler(args, ctx):
+    time.sleep(0.5)
+    return 1
+
+auth = AuthContext(tenant="t", subject="s", operation_id="op")
+registry = Registry([ToolSpec(name="one", description="d", args_type=N, handler=handler,
+                              timeout=0.05)])
+calls = [ProposedCall(index=0, call_id="c0", name="one", arguments={"n": 0},
+                      raw_arguments=b'{"n":0}')]
+
+async def main():
+    ctx = DispatchContext(auth=auth, store=None, worker_id="w", max_parallelism=8,
+                          max_result_bytes=65536, clock=time.monotonic)
+    (result,) = await execute_calls(validate_turn(calls, registry, auth), ctx,
+                                    remaining_seconds=5)
+    print(result.status)
+
+loop = asyncio.new_event_loop()
+loop.run_until_complete(main())  # a host that drives one batch per run_until_complete
+time.sleep(1.0)  # the handler returns while the loop is not running
+loop.close()
+"""
+
+
+def test_an_abandoned_thread_never_blocks_on_a_stopped_loop(tmp_path: Any) -> None:
+    # The thread hands its slots back without waiting for the loop: a loop that stopped
+    # (not closed yet) would never run a blocking call, and the process could not exit.
+    import subprocess
+    import sys
+
+    script = tmp_path / "loop_stopped.py"
+    script.write_text(_LOOP_STOPPED)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "timeout"
+
+
+@pytest.mark.anyio
+async def test_a_reconcile_whose_key_was_taken_meanwhile_is_still_outcome_unknown() -> None:
+    from callgate.engine.store.base import LEDGER_IN_FLIGHT_LEASE
+    from callgate.engine.store.memory import MemoryStore
+
+    clock = [10.0]
+    store = MemoryStore()
+
+    async def charge(args: N, ctx: ToolContext) -> int:
+        raise AssertionError("an unknown outcome is never retried blindly")
+
+    async def slow_lookup(key: str, args: Any) -> Any:
+        # Meanwhile the lease runs out and another worker takes the key to reconcile it.
+        clock[0] += LEDGER_IN_FLIGHT_LEASE + 1
+        await store.ledger_begin(AUTH.tenant, key, item.args_digest, "other", now=clock[0])
+        return None
+
+    spec = ToolSpec(
+        name="charge",
+        description="d",
+        args_type=N,
+        handler=charge,
+        risk=RiskClass.WRITE,
+        reconcile=slow_lookup,
+        timeout=1e6,
+    )
+    (item,) = _executables(Registry([spec]), ["charge"])
+    key = spec.idempotency_key(AUTH.operation_id, item.args)
+    await store.ledger_begin(AUTH.tenant, key, item.args_digest, "earlier", now=1.0)
+    await store.ledger_mark_unknown(AUTH.tenant, key, "earlier", now=2.0)
+    ctx = DispatchContext(
+        auth=AUTH,
+        store=store,
+        worker_id="w",
+        max_parallelism=4,
+        max_result_bytes=64 * 1024,
+        clock=lambda: clock[0],
+    )
+    (result,) = await execute_calls([item], ctx, remaining_seconds=5)
+    assert result.status == "outcome_unknown" and result.unresolved

@@ -262,3 +262,26 @@ def test_echo_null_arguments_from_a_kept_item() -> None:
     (echoed,) = RESPONSES.assistant_echo(_outcome(("function_call", 0, item), calls=(call,)))
     assert echoed["arguments"] == '{"x": [1]}'
     assert item["arguments"] is None  # the outcome's own item is not modified
+
+
+@pytest.mark.parametrize(
+    "model", ["prod-o3-mini", "ft:o4-mini:org::abc", "gpt-oss-120b", "my-o3-deployment"]
+)
+def test_reasoning_models_under_other_names_ask_too(model: str) -> None:
+    # Azure deployments, fine-tunes and open-weight names that contain a reasoning family.
+    assert openai_responses.is_reasoning_model(model)
+
+
+def test_a_turn_that_produced_reasoning_makes_the_next_request_ask() -> None:
+    from callgate.engine.core.outcome import ContinuationItem, OutcomeKind, TurnOutcome
+
+    previous = TurnOutcome(
+        kind=OutcomeKind.TOOL_PROPOSALS,
+        raw_reason="completed",
+        stop_reason="x",
+        continuation=(ContinuationItem("reasoning", 0, {"type": "reasoning", "id": "rs_1"}),),
+    )
+    body = RESPONSES.build_request(model="house-model", messages=[], tools=[], previous=previous)
+    assert body.body["include"] == ["reasoning.encrypted_content"]
+    plain = RESPONSES.build_request(model="house-model", messages=[], tools=[]).body
+    assert "include" not in plain

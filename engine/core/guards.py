@@ -142,8 +142,11 @@ class Budgets(msgspec.Struct, frozen=True, kw_only=True):
         return _dec(price[0]), _dec(price[1])
 
 
-# What may follow a priced model's name: a date, a long version number, or "latest".
-_VERSION_SUFFIX: Final = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{3,}|latest)")
+# What may follow a priced model's name: a date ("-2024-08-06", "-20250514", "-05-20"), a
+# long version number, "latest", or a preview of it ("-preview", "-preview-05-20").
+_VERSION_SUFFIX: Final = re.compile(
+    r"-(?:\d{4}-\d{2}-\d{2}|\d{2}-\d{2}|\d{8}|\d{3,}|latest|preview(?:-[\w.-]+)?)"
+)
 
 
 def _is_amount(value: object) -> bool:

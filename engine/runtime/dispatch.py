@@ -14,8 +14,10 @@ first reconciled through the tool's ``reconcile`` hook and never retried blindly
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import importlib
 import math
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,6 +28,7 @@ import msgspec
 
 from callgate.engine.core.canonical import canonical_json
 from callgate.engine.core.envelope import ErrorCode, ErrorEnvelope
+from callgate.engine.core.errors import StoreError
 from callgate.engine.core.outcome import ProposedCall
 from callgate.engine.core.registry import AuthContext, ToolContext, ToolSpec
 from callgate.engine.core.validation import Executable
@@ -336,7 +339,7 @@ class _Slots:
     actually running). A handler whose thread had not started by then never runs.
     """
 
-    __slots__ = ("_handed_over", "_held", "_limiters", "_lock", "_skip", "_started")
+    __slots__ = ("_handed_over", "_held", "_limiters", "_lock", "_schedule", "_skip", "_started")
 
     def __init__(self, limiters: anyio.CapacityLimiter | tuple[anyio.CapacityLimiter, ...]) -> None:
         self._limiters = limiters if isinstance(limiters, tuple) else (limiters,)
@@ -345,6 +348,7 @@ class _Slots:
         self._started = False
         self._skip = False
         self._handed_over = False
+        self._schedule: Callable[[Callable[[], None]], object] | None = None
 
     async def acquire(self) -> None:
         try:
@@ -364,7 +368,9 @@ class _Slots:
             limiter.release_on_behalf_of(self)
 
     def guard(self, handler: Callable[[], Any]) -> Callable[[], Any]:
-        """``handler`` wrapped for the worker thread (see the class docstring)."""
+        """``handler`` wrapped for the worker thread (see the class docstring). Called on
+        the event loop, which it captures for the release."""
+        self._schedule = _loop_scheduler()
 
         def run() -> Any:
             with self._lock:
@@ -397,10 +403,29 @@ class _Slots:
             for limiter in reversed(held):
                 limiter.release_on_behalf_of(self)
 
-        # Limiters belong to the event loop: release there. A loop that has ended took
-        # its limiters with it.
-        with contextlib.suppress(anyio.RunFinishedError):
-            anyio.from_thread.run_sync(give_back)
+        # Limiters belong to the event loop: release there, without waiting for it (a loop
+        # that stopped but is not closed yet would never run a blocking call, and this
+        # thread would never end). A loop that has ended took its limiters with it.
+        schedule = self._schedule
+        if schedule is not None:
+            with contextlib.suppress(RuntimeError):
+                schedule(give_back)
+
+
+def _loop_scheduler() -> Callable[[Callable[[], None]], object] | None:
+    """A thread-safe, non-blocking "run this on the current event loop soon"."""
+    try:
+        return asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:
+        pass  # not asyncio: trio (anyio's other backend)
+    try:
+        trio = importlib.import_module("trio")
+        scheduler: Callable[[Callable[[], None]], object] = (
+            trio.lowlevel.current_trio_token().run_sync_soon
+        )
+    except (ImportError, RuntimeError):
+        return None
+    return scheduler
 
 
 async def _reconcile(  # noqa: PLR0917 - internal helper, called once
@@ -425,7 +450,9 @@ async def _reconcile(  # noqa: PLR0917 - internal helper, called once
     if found is None:
         # Give the key back (still unknown, no owner): a later attempt may reconcile at
         # once instead of finding it in flight until its lease runs out.
-        with anyio.CancelScope(shield=True):
+        # The answer is outcome_unknown either way: a key taken over meanwhile (or a store
+        # error) must not turn it into a crash of the batch.
+        with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
             await store.ledger_mark_unknown(ctx.auth.tenant, key, owner, now=ctx.clock())
         code = ErrorCode.OUTCOME_UNKNOWN
         result: CallResult = done(
