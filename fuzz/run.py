@@ -179,7 +179,7 @@ def _merge(name: str, seeds: Path, work: Path, keep: int) -> None:
         key=lambda p: (p.stat().st_size, p.name),
     )
     for path in merged[keep:]:
-        path.unlink()
+        path.unlink(missing_ok=True)  # a concurrent merge may have removed it already
 
 
 def _table(results: list[dict[str, Any]]) -> str:
