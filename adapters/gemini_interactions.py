@@ -75,6 +75,9 @@ FINISH_REASONS: dict[str, OutcomeKind] = {
     "cancelled": OutcomeKind.FAILED,
 }
 
+# Statuses that end an interaction even when no interaction.completed follows.
+_FAILED_STATUSES: Final = frozenset({"failed", "cancelled"})
+
 # The ``type`` of the echo marker item; never sent to the provider.
 TURN_MARKER: Final = "callgate.interaction"
 
@@ -271,7 +274,10 @@ class GeminiInteractionsStream:
 
     def end(self) -> list[EngineEvent]:
         # The Completion was emitted with interaction.completed; without it the turn
-        # stays without one (truncated).
+        # stays without one (truncated) — unless the last status the server reported was
+        # failed or cancelled: that is the provider's own ending, not a cut.
+        if not self._done and self._status in _FAILED_STATUSES:
+            return [Completion(OutcomeKind.FAILED, self._status)]
         return []
 
     # --- interaction level -------------------------------------------------------------

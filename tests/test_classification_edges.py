@@ -3,7 +3,9 @@ at a time and at seeded random chunk boundaries: the first ending reason counts 
 "stop" cannot undo "length", "max_tokens", MAX_TOKENS or SAFETY); a Responses refusal part
 that arrives without refusal deltas (with text, or empty) is a refusal; only Gemini's
 candidate 0 is the turn; a Gemini responseId that arrives after the model version still
-names the derived call ids. Streams: tests/streams/classification/."""
+names the derived call ids; an interaction whose last status was failed (no
+interaction.completed after it) is failed, not truncated. Streams:
+tests/streams/classification/."""
 
 from __future__ import annotations
 
@@ -28,6 +30,13 @@ CASES = [
     ("resp_refusal_empty.sse", "openai_responses", OutcomeKind.REFUSAL, "completed", 0),
     ("gem_cand1_later.sse", "gemini", OutcomeKind.FINAL_TEXT, "STOP", 0),
     ("gem_cand1_fc.sse", "gemini", OutcomeKind.FINAL_TEXT, "STOP", 0),
+    (
+        "inter_status_failed_no_completed.sse",
+        "gemini_interactions",
+        OutcomeKind.FAILED,
+        "failed",
+        0,
+    ),
 ]
 
 
