@@ -80,6 +80,11 @@ class Runner:
     --secret-env VAR``; it also keys the digests written for tools with sensitive paths
     (without it they are left out). Keep it constant for an operation's lifetime (a
     resumed drive continues the same chain) and apart from ``binding_secret``.
+
+    ``clock`` (default ``time.time``) must be wall time in epoch seconds, shared by every
+    worker: it dates the operation's rows and its approvals' ``expires_at``, which the
+    people deciding (and ``callgate approvals``) compare with their own wall clock. A
+    monotonic clock would make approvals look expired at once, or never.
     """
 
     def __init__(
