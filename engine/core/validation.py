@@ -57,6 +57,7 @@ __all__ = [
 
 _ENCODER = msgspec.json.Encoder()
 _COPY_DECODER = msgspec.json.Decoder()
+_CONTAINERS = (dict, list, tuple)
 
 
 class ApprovalDecision(msgspec.Struct, frozen=True, kw_only=True):
@@ -199,12 +200,16 @@ def _validate_one(
         return _reject(call, ErrorCode.INVALID_ARGUMENTS, reason, spec)
 
     try:
-        # From a private copy: convert shares nested dicts and lists with its input, and a
-        # handler may change what it is given in place, while the proposal (bound to its
-        # result, echoed to the provider, persisted) must stay what the model sent. A
-        # round trip through msgspec's JSON is exact for parsed arguments.
-        private = _COPY_DECODER.decode(_ENCODER.encode(call.arguments))
-        args = msgspec.convert(private, spec.args_type, strict=True)
+        # From a private copy when there is anything to share: convert hands nested dicts
+        # and lists of its input to the Struct, and a handler may change what it is given
+        # in place, while the proposal (bound to its result, echoed to the provider,
+        # persisted) must stay what the model sent. Flat arguments hold only immutable
+        # values (the common case: no copy). A round trip through msgspec's JSON is exact
+        # for parsed arguments.
+        source = call.arguments
+        if any(isinstance(value, _CONTAINERS) for value in source.values()):
+            source = _COPY_DECODER.decode(_ENCODER.encode(source))
+        args = msgspec.convert(source, spec.args_type, strict=True)
     except msgspec.ValidationError as exc:
         detail = safe_validation_detail(str(exc))
         return _reject(call, ErrorCode.INVALID_ARGUMENTS, detail, spec, detail)

@@ -167,7 +167,7 @@ async def _run_one(
     # The tool's own slot first: a call queued behind its tool must not hold one of the
     # batch's slots meanwhile (calls of a slow, limited tool would otherwise starve every
     # other tool). Always tool -> batch, so no lock-order deadlock.
-    slots = _Slots(ctx.limiter if tool_limiter is None else (tool_limiter, ctx.limiter))
+    slots = _Slots(ctx.limiter) if tool_limiter is None else _Slots(tool_limiter, ctx.limiter)
     await slots.acquire()
     try:
         result = await _run_limited(i, item, ctx, started, slots)
@@ -341,8 +341,8 @@ class _Slots:
 
     __slots__ = ("_handed_over", "_held", "_limiters", "_lock", "_schedule", "_skip", "_started")
 
-    def __init__(self, limiters: anyio.CapacityLimiter | tuple[anyio.CapacityLimiter, ...]) -> None:
-        self._limiters = limiters if isinstance(limiters, tuple) else (limiters,)
+    def __init__(self, *limiters: anyio.CapacityLimiter) -> None:
+        self._limiters = limiters  # acquired in this order, released in reverse
         self._held: list[anyio.CapacityLimiter] = []
         self._lock = threading.Lock()  # the thread and the task both read the flags
         self._started = False

@@ -388,7 +388,7 @@ def _transport_failure(
     decoder: StreamDecoder | None,
     fragments: bool,
     reason: str,
-    retry_statuses: frozenset[int] = frozenset(),
+    retry_statuses: frozenset[int],
 ) -> _Result:
     """A failure of the connection itself. Before the body started there is nothing to
     keep; after, the decoder classifies what arrived and the cut caps it at TRUNCATED. A
