@@ -290,8 +290,11 @@ async def test_per_tool_deadline_overshoot_stays_small(anyio_backend: Any) -> No
         f"sync p99 {_p99(over_sync) * 1000:.2f} ms (20 calls); batch wall {wall * 1000:.0f} ms"
     )
     assert min(over_async + over_sync) >= -0.001  # never cut early
-    assert _p99(over_async) < 0.5 and _p99(over_sync) < 0.5
-    assert wall < 2.0
+    # Abandoned at the deadline, not after the bodies' 60 s: the bounds are loose on
+    # purpose: a loaded CI machine schedules 220 tasks and 20 threads late (the run
+    # prints the overshoot it measured; typical p99 is a few ms).
+    assert _p99(over_async) < 2.0 and _p99(over_sync) < 2.0
+    assert wall < 10.0
 
 
 @pytest.mark.anyio
