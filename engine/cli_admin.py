@@ -12,8 +12,8 @@ It must never: show a store URL except through ``redact_url`` (nor a password qu
 a driver's error text), print a conversation or a call's arguments (they may hold personal
 data; the redacted audit trail is the place for those), create a SQLite database on a
 listing or a decision (a mistyped path would quietly show an empty store), migrate a
-database on a listing (list/show open the store with ``migrate=False``), or import
-``callgate.adapters`` (the run loop resolves providers by name).
+database (every command opens the store with ``migrate=False``: the engine migrates), or
+import ``callgate.adapters`` (the run loop resolves providers by name).
 """
 
 from __future__ import annotations
@@ -72,12 +72,14 @@ def _store_url(args: argparse.Namespace) -> str:
 
 def _run_with_store(args: argparse.Namespace, handler: Handler) -> int:
     """Open the store of ``args``, run ``handler`` with it, and map every refusal to a line
-    on stderr and an exit status. A listing (``read_only``) opens it without migrating."""
+    on stderr and an exit status. No command migrates: a database without callgate's
+    current schema holds no approval to decide nor operation to resume, and a foreign file
+    (a mistyped --store) must be left exactly as it was."""
     url = _store_url(args)
     command: str = args.command_name
     try:
         refuse_undecodable(args, url)
-        store = open_store(url, migrate=not args.read_only)
+        store = open_store(url, migrate=False)
         if isinstance(store, SQLiteStore) and not Path(store.path).is_file():
             raise CliFailure(
                 f"no SQLite database at {store.path!r} (store {redact_url(url)}); "
@@ -536,11 +538,7 @@ def _leaf(
     common: argparse.ArgumentParser,
 ) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
-    # list/show only read: they must not migrate (or create) whatever --store points at.
-    read_only = name in ("list", "show")
-    p.set_defaults(
-        func=lambda args: _run_with_store(args, handler), command_name=p.prog, read_only=read_only
-    )
+    p.set_defaults(func=lambda args: _run_with_store(args, handler), command_name=p.prog)
     return p
 
 

@@ -192,10 +192,10 @@ def test_open_store_refuses_malformed_urls_with_config_error() -> None:
         assert SECRET not in str(info.value)
 
 
-# --- 5. read-only commands never migrate ----------------------------------------------------
+# --- 5. no admin command migrates -------------------------------------------------------------
 
 
-def test_listing_refuses_a_foreign_sqlite_file_and_leaves_it_alone(tmp_path: Path) -> None:
+def test_admin_commands_refuse_a_foreign_sqlite_file_and_leave_it_alone(tmp_path: Path) -> None:
     db = tmp_path / "foreign.db"
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE notes (body TEXT)")
@@ -207,6 +207,11 @@ def test_listing_refuses_a_foreign_sqlite_file_and_leaves_it_alone(tmp_path: Pat
         ["approvals", "show", "apr_1"],
         ["operations", "list", "--json"],
         ["operations", "show", "op_1"],
+        # Decisions and resume write, but a file without callgate's schema holds nothing
+        # to decide or resume: they must not turn it into a callgate store either.
+        ["approvals", "approve", "apr_1", "--approver", "ann"],
+        ["approvals", "deny", "apr_1", "--approver", "ann", "--reason", "no"],
+        ["operations", "resume", "op_1", "--registry", "tests.cli_tools:REGISTRY"],
     ):
         proc = run_cli(*argv, "--store", url)
         assert proc.returncode == 1, argv
