@@ -15,7 +15,12 @@ and the ``Completion`` is emitted from ``end()`` only when a
 ``finishReason`` was seen, because an unframed JSON error body may still follow a STOP chunk.
 Thought text and signatures are kept as ``ContinuationItem``s so the echo can put each
 signature back on the same kind of part: ``thought`` (merged consecutive thought text),
-``thought_signature`` (index = the call's index) and ``text_signature``.
+``thought_signature`` (index = the call's index) and ``text_signature``. When the parts came
+in any other order than thoughts, one text, calls (text between calls, or several signed
+text parts), one ``part_order`` item lists them as they came, so that the echo repeats that
+order and each text part's own signature: ``["thought", pos]``, ``["text", start, end]``
+(code-point offsets into the turn's text, plus the signature when the part had one),
+``["call", index]``.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from callgate.engine.core.outcome import (
 )
 from callgate.engine.core.sse import SSEData, SSEEvent
 
+from ._gemini_echo import default_order, echo_parts
 from ._gemini_wire import (
     DECODER,
     ERROR_DECODER,
@@ -123,7 +129,10 @@ class GeminiStream:
         "_junk_bytes",
         "_limits",
         "_meta_sent",
+        "_order",
         "_part_pos",
+        "_run_start",
+        "_text_chars",
         "_thought",
         "_thought_bytes",
         "_thought_pos",
@@ -145,6 +154,11 @@ class GeminiStream:
         self._thought: list[str] = []
         self._thought_pos = -1
         self._thought_bytes = 0
+        # The parts in arrival order (see the module docstring), and the text run being
+        # received: its start in the turn's text (-1: none open) and the text's length.
+        self._order: list[list[Any]] = []
+        self._run_start = -1
+        self._text_chars = 0
         self._junk: list[SSEData] = []
         self._junk_bytes = 0
 
@@ -239,6 +253,9 @@ class GeminiStream:
     def end(self) -> list[EngineEvent]:
         out: list[EngineEvent] = []
         self._flush_thought(out)
+        self._close_text()
+        if not default_order(self._order):
+            self._item(out, "part_order", 0, {"parts": self._order})
         if self._junk and b"".join(self._junk).strip():
             raise StreamProtocolError("gemini: unframed text that is not a JSON error body")
         if self._finish is not None:
@@ -255,23 +272,36 @@ class GeminiStream:
         fc = part.function_call
         if fc is not None:
             self._flush_thought(out)
+            self._close_text()
             index = self._function_call(fc, out)
+            if fc.name is not None:  # a call opens here (not a Vertex continuation)
+                self._order.append(["call", index])
             if part.thought_signature:
                 self._item(
                     out, "thought_signature", index, {"thoughtSignature": part.thought_signature}
                 )
             return
         if part.thought:
+            if part.text or part.thought_signature:
+                self._close_text()
             self._add_thought(pos, part.text, part.thought_signature, out)
             return
         if self._thought_pos >= 0:
             self._flush_thought(out)
         text = part.text
         if text:
+            if self._run_start < 0:
+                self._run_start = self._text_chars
+            self._text_chars += len(text)
             out.append(TextDelta(text))
-        if part.thought_signature:
-            # A signature outside a thought or call belongs on a text part of the echo.
-            self._item(out, "text_signature", pos, {"thoughtSignature": part.thought_signature})
+        sig = part.thought_signature
+        if sig:
+            # A signature outside a thought or call belongs on a text part of the echo;
+            # it closes the text run it came with (an empty part's: a run of its own).
+            self._item(out, "text_signature", pos, {"thoughtSignature": sig})
+            if self._run_start < 0:
+                self._run_start = self._text_chars
+            self._close_text(sig)
         elif text is None:
             other = other_part(part)
             if other is not None:
@@ -308,6 +338,17 @@ class GeminiStream:
         self._thought_pos = -1
         self._thought_bytes = 0
         self._item(out, "thought", pos, item)
+        self._order.append(["thought", pos])
+
+    def _close_text(self, sig: str | None = None) -> None:
+        start = self._run_start
+        if start < 0:
+            return
+        self._run_start = -1
+        entry: list[Any] = ["text", start, self._text_chars]
+        if sig:
+            entry.append(sig)
+        self._order.append(entry)
 
     def _item(self, out: list[EngineEvent], kind: str, index: int, item: dict[str, Any]) -> None:
         self._items += 1
@@ -425,41 +466,10 @@ class GeminiAdapter:
         return [{"role": "user", "parts": [{"text": user_text}]}]
 
     def assistant_echo(self, outcome: TurnOutcome) -> list[JSON]:
-        """The ``model`` content: thought parts, then the text part (with its signature),
-        then one ``functionCall`` part per call carrying its own ``thoughtSignature``."""
-        parts: list[JSON] = []
-        thoughts: list[tuple[int, dict[str, Any]]] = []
-        call_sigs: dict[int, Any] = {}
-        text_sig: Any = None
-        for item in outcome.continuation:
-            if item.kind == "thought":
-                thoughts.append((item.index, item.item))
-            elif item.kind == "thought_signature":
-                call_sigs[item.index] = item.item.get("thoughtSignature")
-            elif item.kind == "text_signature":
-                text_sig = item.item.get("thoughtSignature")
-        thoughts.sort(key=lambda pair: pair[0])
-        parts.extend(dict(thought) for _, thought in thoughts)
-        if outcome.text or text_sig:
-            text_part: JSON = {"text": outcome.text}
-            if text_sig:
-                text_part["thoughtSignature"] = text_sig
-            parts.append(text_part)
-        for call in sorted(outcome.calls, key=lambda c: c.index):
-            fc: JSON = {
-                "name": call.name,
-                "args": call.arguments if call.arguments is not None else {},
-            }
-            if not call.call_id_derived:
-                fc["id"] = call.call_id
-            part: JSON = {"functionCall": fc}
-            sig = call_sigs.get(call.index)
-            if sig:
-                part["thoughtSignature"] = sig
-            parts.append(part)
-        if not parts:
-            return []
-        return [{"role": "model", "parts": parts}]
+        """The ``model`` content: its parts in the order they came (see ``_gemini_echo``),
+        each signature on the part it came on."""
+        parts = echo_parts(outcome)
+        return [{"role": "model", "parts": parts}] if parts else []
 
     def encode_results(self, outcome: TurnOutcome, results: list[ModelResult]) -> list[JSON]:
         """One ``user`` content with a ``functionResponse`` part per result, in order. The

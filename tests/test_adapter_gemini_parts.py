@@ -204,8 +204,22 @@ def test_thought_text_is_capped() -> None:
 
 
 def test_continuation_items_are_capped() -> None:
-    parts = [{"text": "", "thoughtSignature": f"S{i}"} for i in range(3)]
+    # Each signature closes its thought: one item per part, in the usual order.
+    parts = [{"text": "t", "thought": True, "thoughtSignature": f"S{i}"} for i in range(3)]
     run_chunks(candidate(*parts[:2]), limits=Limits(max_continuation_items=2))
+    with pytest.raises(LimitExceeded) as info:
+        run_chunks(candidate(*parts), limits=Limits(max_continuation_items=2))
+    assert info.value.limit == "max_continuation_items"
+
+
+def test_the_part_order_item_counts_against_the_cap() -> None:
+    # Two signed text parts: two text_signature items, and the order (two text parts,
+    # which the default echo would merge) is a third item.
+    parts = [{"text": "", "thoughtSignature": f"S{i}"} for i in range(2)]
+    events = run_chunks(candidate(*parts), limits=Limits(max_continuation_items=3))
+    assert of(events, ContinuationItem)[-1] == ContinuationItem(
+        "part_order", 0, {"parts": [["text", 0, 0, "S0"], ["text", 0, 0, "S1"]]}
+    )
     with pytest.raises(LimitExceeded) as info:
         run_chunks(candidate(*parts), limits=Limits(max_continuation_items=2))
     assert info.value.limit == "max_continuation_items"

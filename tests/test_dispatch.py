@@ -299,11 +299,10 @@ async def test_per_tool_deadline_overshoot_stays_small(anyio_backend: Any) -> No
 
 @pytest.mark.anyio
 async def test_operation_deadline_cancels_running_calls_and_each_gets_a_result() -> None:
-    entered = 0
+    entered: list[str] = []
 
     async def slow(args: N, ctx: ToolContext) -> int:
-        nonlocal entered
-        entered += 1
+        entered.append(ctx.call_id)
         await anyio.sleep(60)
         return 0
 
@@ -336,11 +335,16 @@ async def test_operation_deadline_cancels_running_calls_and_each_gets_a_result()
     statuses = [r.status for r in results]
     # A read that was running or never started times out; a side effect that had started
     # may have happened: outcome_unknown, never a blind "timeout" that invites a retry.
-    assert statuses[0] == "timeout" and statuses[2] == "outcome_unknown"
-    assert statuses[1] == "ok" and statuses[4] in ("ok", "timeout")
-    assert statuses[3] == "timeout" and results[3].ran is (entered == 3)
+    # (On a loaded machine the write may still wait for its slot at the deadline: then it
+    # never started, and a plain timeout is the truth.)
+    assert statuses[0] == "timeout" and statuses[1] == "ok" and statuses[4] in ("ok", "timeout")
+    if "call_2" in entered:
+        assert statuses[2] == "outcome_unknown"
+        assert results[2].model_result["error"]["code"] == "outcome_unknown"
+    else:
+        assert statuses[2] == "timeout" and not results[2].ran
+    assert statuses[3] == "timeout" and results[3].ran is ("call_3" in entered)
     assert all(r.is_error for r, s in zip(results, statuses, strict=True) if s != "ok")
-    assert results[2].model_result["error"]["code"] == "outcome_unknown"
 
 
 @pytest.mark.anyio

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import msgspec
+
 from callgate.adapters.gemini import ADAPTER
 from callgate.engine.core.adapter import HttpRequestSpec, ModelResult, ToolDeclaration
 from callgate.engine.core.decode import decode
@@ -74,6 +76,51 @@ def test_echo_keeps_a_text_signature_on_the_text_part() -> None:
             ],
         }
     ]
+
+
+def test_echo_keeps_the_order_of_text_and_calls_and_each_text_signature() -> None:
+    call_a = {"functionCall": {"name": "a", "args": {"x": 1}, "id": "c1"}, "thoughtSignature": "C1"}
+    call_b = {"functionCall": {"name": "b", "args": {}, "id": "c2"}}
+    chunks = [
+        candidate({"text": "think", "thought": True, "thoughtSignature": "T"}),
+        candidate({"text": "First "}, {"text": "I look.", "thoughtSignature": "S1"}),
+        candidate(call_a),
+        candidate({"text": "Then "}),
+        candidate({"text": "more.", "thoughtSignature": "S2"}, call_b, finish="STOP"),
+    ]
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
+    for feed in ([body], [body[i : i + 1] for i in range(len(body))]):
+        outcome = decode("gemini", feed)
+        assert outcome.kind is OutcomeKind.TOOL_PROPOSALS
+        assert outcome.text == "First I look.Then more."
+        assert ADAPTER.assistant_echo(outcome) == [
+            {
+                "role": "model",
+                "parts": [
+                    {"text": "think", "thought": True, "thoughtSignature": "T"},
+                    {"text": "First I look.", "thoughtSignature": "S1"},
+                    call_a,
+                    {"text": "Then more.", "thoughtSignature": "S2"},
+                    call_b,
+                ],
+            }
+        ]
+
+
+def test_echo_falls_back_to_the_usual_order_when_the_part_order_does_not_fit() -> None:
+    chunks = [
+        candidate({"text": "a", "thoughtSignature": "S1"}),
+        candidate({"text": "b", "thoughtSignature": "S2"}, finish="STOP"),
+    ]
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
+    outcome = decode("gemini", [body])
+    assert ADAPTER.assistant_echo(outcome)[0]["parts"] == [
+        {"text": "a", "thoughtSignature": "S1"},
+        {"text": "b", "thoughtSignature": "S2"},
+    ]
+    # An outcome whose text no longer matches its order (edited, or from elsewhere).
+    edited = msgspec.structs.replace(outcome, text="abc")
+    assert ADAPTER.assistant_echo(edited)[0]["parts"] == [{"text": "abc", "thoughtSignature": "S2"}]
 
 
 def test_results_are_function_responses_with_ids_only_for_provider_ids() -> None:
