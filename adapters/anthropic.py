@@ -83,12 +83,28 @@ class _Usage(msgspec.Struct, gc=False):
     cache_read_input_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
 
-    def billed_input(self) -> int | None:
-        # Anthropic's input_tokens leaves out the prompt tokens read from and written to
-        # the cache; they are billed (and resent) all the same.
-        return token_sum(
-            self.input_tokens, self.cache_read_input_tokens, self.cache_creation_input_tokens
+    def counts(self) -> tuple[int | None, int | None, int | None, int | None]:
+        return (
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_input_tokens,
+            self.cache_creation_input_tokens,
         )
+
+
+_NO_COUNTS: Final[tuple[int | None, ...]] = (None, None, None, None)
+
+
+def _billed(counts: tuple[int | None, ...]) -> Usage:
+    """Usage from the merged counts (input, output, cache read, cache write). Anthropic's
+    input_tokens leaves out the prompt tokens read from and written to the cache; they
+    are billed (and resent) all the same."""
+    fresh, output, read, write = counts
+    return Usage(
+        input_tokens=token_sum(fresh, read, write),
+        output_tokens=output,
+        cached_input_tokens=read,
+    )
 
 
 class _Message(msgspec.Struct, gc=False):
@@ -223,6 +239,7 @@ class AnthropicStream:
         "_started",
         "_stop_reason",
         "_text_bytes",
+        "_usage",
     )
 
     def __init__(self, limits: Limits) -> None:
@@ -235,6 +252,9 @@ class AnthropicStream:
         self._started = False
         self._done = False
         self._stop_reason: str | None = None
+        # Usage counts merged field by field: a message_delta may repeat only some of them
+        # (input_tokens without the cache counts), which must not drop the others.
+        self._usage = _NO_COUNTS
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
         out: list[BatchEvent] = []
@@ -336,16 +356,11 @@ class AnthropicStream:
         if msg is None:
             raise StreamProtocolError("anthropic: message_start without a message")
         out.append(ResponseMeta(msg.id, msg.model))
-        usage = msg.usage
-        if usage is not None:
-            out.append(
-                UsageReport(
-                    Usage(
-                        input_tokens=usage.billed_input(),
-                        cached_input_tokens=usage.cache_read_input_tokens,
-                    )
-                )
-            )
+        if msg.usage is not None:
+            # message_start's output_tokens is a placeholder the final message_delta
+            # replaces; before that, no output count is reported.
+            fresh, _, read, write = msg.usage.counts()
+            self._report_usage((fresh, None, read, write), out)
 
     def _message_delta(self, ev: _MessageDelta, out: list[BatchEvent]) -> None:
         delta = ev.delta
@@ -356,17 +371,15 @@ class AnthropicStream:
                 self._stop_reason = delta.stop_reason
             if delta.stop_details is not None:
                 out.append(ProviderDetail("stop_details", delta.stop_details))
-        usage = ev.usage
-        if usage is not None:
-            out.append(
-                UsageReport(
-                    Usage(
-                        input_tokens=usage.billed_input(),
-                        output_tokens=usage.output_tokens,
-                        cached_input_tokens=usage.cache_read_input_tokens,
-                    )
-                )
-            )
+        if ev.usage is not None:
+            self._report_usage(ev.usage.counts(), out)
+
+    def _report_usage(self, counts: tuple[int | None, ...], out: list[BatchEvent]) -> None:
+        merged = tuple(
+            new if new is not None else old for new, old in zip(counts, self._usage, strict=True)
+        )
+        self._usage = merged
+        out.append(UsageReport(_billed(merged)))
 
     # --- content blocks --------------------------------------------------------------
 

@@ -182,7 +182,8 @@ def test_text_then_tool_use() -> None:
         ArgumentsDelta(1, "ar"),
         ArgumentsDelta(1, 'is"}'),
         CallDone(1),
-        UsageReport(Usage(output_tokens=65)),
+        # Merged count by count with message_start's (the delta repeats only output).
+        UsageReport(Usage(input_tokens=377, output_tokens=65, cached_input_tokens=0)),
         Completion(OutcomeKind.TOOL_PROPOSALS, "tool_use"),
     ]
 

@@ -43,6 +43,9 @@ _COMPACT = 4096
 # twice a whole argument text.
 _SLICE = 1 << 16
 _SURROGATE = "arguments contain a lone surrogate"
+# Call indexes a stream may use: what a signed 64-bit JSON integer holds.
+_MIN_INDEX = -(1 << 63)
+_MAX_INDEX = (1 << 63) - 1
 # A done event's literal up to this size is decoded whole (cheaper than slicing).
 _SHORT_LITERAL = 1 << 15
 
@@ -201,6 +204,9 @@ class CallAccumulator:
         self._done = 0  # calls whose done signal arrived
 
     def start(self, index: int, name: str, call_id: str | None, item_id: str | None) -> None:
+        if not _MIN_INDEX <= index <= _MAX_INDEX:
+            # A derived call id digests the index as a JSON integer (64 bits at most).
+            raise StreamProtocolError(f"call index {index} out of range")
         if index in self._calls:
             raise StreamProtocolError(f"call index {index} started twice")
         if len(self._calls) >= self._limits.max_calls_per_response:

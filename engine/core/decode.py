@@ -44,6 +44,7 @@ from .events import (
 from .limits import DEFAULT_LIMITS, Limits
 from .outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
 from .sse import SSEDecoder, SSEEvent
+from .utf8 import utf8_len
 
 __all__ = ["StreamDecoder", "TurnAssembler", "decode"]
 
@@ -100,7 +101,7 @@ class TurnAssembler:
     def _add_text(self, target: list[str], text: str) -> None:
         if not text:
             return  # an empty piece would hold a list slot that max_text_bytes never counts
-        self._text_size += len(text)
+        self._text_size += utf8_len(text)  # the cap counts bytes, as text is sent back
         if self._text_size > self._limits.max_text_bytes:
             raise LimitExceeded("max_text_bytes", self._limits.max_text_bytes)
         target.append(text)
