@@ -60,6 +60,10 @@ def _cap_error(limit: int) -> str:
     return f"arguments exceed max_call_argument_bytes ({limit})"
 
 
+def _response_cap_error(limit: int) -> str:
+    return f"the response's arguments exceed max_response_argument_bytes ({limit}) in UTF-8"
+
+
 def _encode(text: str, blocks: list[bytes | str]) -> None:
     """Append ``text`` to ``blocks`` as UTF-8 (in ``_SLICE`` pieces when long). Text that
     cannot be encoded (a lone surrogate) is kept as ``str``: the call is rejected when
@@ -185,6 +189,7 @@ class CallAccumulator:
         "_by_item",
         "_calls",
         "_done",
+        "_joined",
         "_limits",
         "_max_call",
         "_max_total",
@@ -201,6 +206,9 @@ class CallAccumulator:
         self._open: dict[int, _Call] = {}
         self._by_item: dict[str, int] = {}
         self._total = 0
+        # UTF-8 bytes of the calls joined so far: while streaming the caps count code
+        # points (cheap), so a joined call is held to the response's cap in bytes too.
+        self._joined = 0
         self._done = 0  # calls whose done signal arrived
 
     def start(self, index: int, name: str, call_id: str | None, item_id: str | None) -> None:
@@ -223,7 +231,7 @@ class CallAccumulator:
     def fragment(self, index: int, text: str) -> None:
         call = self._open.get(index)
         if call is None:
-            self._closed_fragment(index)
+            self._closed_fragment(index, text)
             return
         n = len(text)
         total = self._total + n
@@ -275,7 +283,7 @@ class CallAccumulator:
         for index, piece in zip(indexes, pieces, strict=True):
             fragment(index, piece)
 
-    def _closed_fragment(self, index: int) -> None:
+    def _closed_fragment(self, index: int, text: str) -> None:
         """A fragment for a call that takes none: a violation, or a spoiled call."""
         call = self._calls.get(index)
         if call is None:
@@ -286,7 +294,12 @@ class CallAccumulator:
             raise StreamProtocolError(
                 f"argument fragment for call index {index} after its done signal"
             )
-        # Otherwise the call is over its cap: keep memory bounded, it is spoiled anyway.
+        # Otherwise the call is over its cap: keep memory bounded, it is spoiled anyway;
+        # its fragments still count against the response's cap.
+        total = self._total + len(text)
+        if total > self._max_total:
+            raise LimitExceeded("max_response_argument_bytes", self._max_total)
+        self._total = total
 
     def _grow(self, call: _Call, text: str) -> None:
         """The call passed its mark: spoil it over the cap, else compact its fragments."""
@@ -452,6 +465,12 @@ class CallAccumulator:
         if len(raw) > self._max_call:  # more bytes than code points (counted so far)
             call.error = _cap_error(self._max_call)
             return  # over its cap, the call holds nothing, as one spoiled while streaming
+        self._joined += len(raw)
+        if self._joined > self._max_total:
+            # (Calls are joined in output order, so the same call is refused whatever
+            # the chunking; the turn's own verdict came earlier, in code points.)
+            call.error = _response_cap_error(self._max_total)
+            return
         call.raw = raw
         try:
             call.arguments = parse_arguments(raw, self._limits.max_json_depth)

@@ -45,7 +45,7 @@ _OPEN_OBJECT, _OPEN_ARRAY, _QUOTE = b'{["'
 # Containers nested deeper than this (rare in tool arguments) take the one decode.
 _PIECEWISE_DEPTH = 6
 _CONTAINERS = (dict, list)
-_BLANK = b" \t\n\r\x0b\x0c"  # what bytes.strip() removes
+_BLANK = b" \t\n\r"  # JSON's whitespace (bytes.strip() would also take VT and FF)
 
 
 class ArgumentsRejected(ValueError):
@@ -63,7 +63,7 @@ def parse_arguments(raw: bytes, max_depth: int) -> dict[str, Any]:
     streams a no-argument call as a single empty fragment, and an empty text cannot be
     a cut-off object (a cut stream never reaches the done signal that calls us).
     """
-    if not raw or (raw[0] in _BLANK and not raw.strip()):
+    if not raw or (raw[0] in _BLANK and not raw.strip(_BLANK)):
         return {}
     if len(raw) >= _PIECEWISE:
         value = _piecewise(raw, max_depth)
@@ -74,8 +74,12 @@ def parse_arguments(raw: bytes, max_depth: int) -> dict[str, Any]:
         value = _decoder.decode(raw)
     except msgspec.DecodeError as exc:
         raise ArgumentsRejected(f"arguments are not valid JSON: {exc}") from None
-    except RecursionError:  # msgspec's own nesting guard, far past our cap
-        raise ArgumentsRejected(f"arguments nest deeper than {max_depth} levels") from None
+    except RecursionError:
+        # msgspec's own nesting guard: far past the cap, or a caller already deep in its
+        # stack (the depth cap is bounded, see Limits; the stack is the caller's).
+        raise ArgumentsRejected(
+            f"arguments nest deeper than can be decoded here (the cap is {max_depth} levels)"
+        ) from None
     if not isinstance(value, dict):
         raise ArgumentsRejected(f"arguments must be a JSON object, not {_json_type(value)}")
     _check_structure(value, raw, max_depth)
@@ -281,4 +285,9 @@ def _check_duplicates_slow(raw: bytes) -> None:
             raise ArgumentsRejected("arguments contain a duplicate key")
         return {}
 
-    json.loads(raw, object_pairs_hook=hook)
+    try:
+        json.loads(raw, object_pairs_hook=hook)
+    except RecursionError:  # a caller already deep in its stack (depth <= MAX_JSON_DEPTH)
+        raise ArgumentsRejected(
+            "arguments nest deeper than can be checked for duplicate keys here"
+        ) from None

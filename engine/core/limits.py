@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["DEFAULT_LIMITS", "Limits"]
+from .errors import ConfigError
+
+__all__ = ["DEFAULT_LIMITS", "MAX_JSON_DEPTH", "Limits"]
 
 _MiB = 1024 * 1024
+# The deepest max_json_depth accepted: every depth up to it is checked for duplicate keys
+# by Python's json module on the caller's stack, which must stay under the recursion
+# limit (1000 by default) with room for the caller's own frames.
+MAX_JSON_DEPTH = 256
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,6 +43,12 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_text_bytes: int = 16 * _MiB
     # Continuation items (reasoning, thinking blocks, signatures) of one response.
     max_continuation_items: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.max_json_depth > MAX_JSON_DEPTH:
+            raise ConfigError(
+                f"max_json_depth is at most {MAX_JSON_DEPTH}, not {self.max_json_depth}"
+            )
 
 
 DEFAULT_LIMITS = Limits()
