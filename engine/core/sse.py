@@ -50,8 +50,13 @@ _FIELDS = frozenset((b"data", b"event", b"id", b"retry"))
 # Decoded event names, shared by all decoders (a pure function of the bytes, so nothing
 # leaks between streams): real streams use a few dozen, decoded once per process, not
 # once per stream. A full cache is emptied, so a hostile stream with endless distinct
-# names can cost a re-decode of the common ones, never unbounded memory.
+# names can cost a re-decode of the common ones, never unbounded memory. Only short
+# names are cached (real ones are, e.g. `response.function_call_arguments.delta`): a
+# longer one is decoded every time, so a stream of huge distinct names (each up to
+# max_line_bytes) leaves nothing behind in the process once its decoder is gone.
 _TYPE_CACHE = 256
+_CACHED_NAME = 64  # longest event name (bytes) kept in `_TYPES`
+_CACHED_LINE = len(b"event: ") + _CACHED_NAME  # the same bound on an `_LINE_TYPES` key
 _TYPES: dict[bytes, str] = {}  # event name -> dispatched type
 _LINE_TYPES: dict[bytes, str] = {}  # the same, keyed by the whole `event: <name>` line
 
@@ -363,16 +368,21 @@ class SSEDecoder:
         if self._closed:
             return []
         out: list[SSEEvent] = []
-        if self._collect:
-            tail = b"".join((self._head or b"", self._carry[self._held :], self._parts))
-            try:
+        try:
+            # A stream that ended inside a possible BOM (1-2 bytes held in ``_head``, with
+            # nothing else fed): those bytes are its unterminated line, capped like any
+            # other (``_buffer`` has already capped a line held in the carry or parts).
+            if self._head and len(self._head) > self._max_line:
+                raise SSELineTooLong("max_line_bytes", self._max_line)
+            if self._collect:
+                tail = b"".join((self._head or b"", self._carry[self._held :], self._parts))
                 if tail and self._is_unframed(tail):
                     self._add_unframed(tail)
-            except CallgateError as exc:
-                self._poison(exc)
-                raise
-            if self._unframed:
-                out.append(SSEEvent("", b"\n".join(self._unframed), None, None, True))
+        except CallgateError as exc:
+            self._poison(exc)
+            raise
+        if self._unframed:  # (only ever filled when collecting)
+            out.append(SSEEvent("", b"\n".join(self._unframed), None, None, True))
         self._reset()
         self._head = None
         self._carry = b""
@@ -392,6 +402,14 @@ class SSEDecoder:
     def _poison(self, exc: CallgateError) -> None:
         self._error = exc
         self._plain = False
+        # From now on the decoder only re-raises ``exc`` (``_salvage`` is apart): drop
+        # what it buffered (a line up to the cap, a pending event's data or unframed
+        # text) rather than keep it alive as long as the decoder.
+        self._carry = b""
+        self._held = 0
+        self._parts = array("B")
+        self._tail_len = 0
+        self._reset()
 
     def _prepare(self, data: bytes) -> bytes:
         """The rare states at the start of a chunk: error, closed, BOM, split CRLF."""
@@ -417,6 +435,10 @@ class SSEDecoder:
 
     def _buffer(self, data: bytes) -> None:
         """Keep a piece of a line whose end has not arrived yet."""
+        size = self._tail_len + len(data)
+        if size > self._max_line:
+            # Checked before any copy: a chunk past the cap is never buffered.
+            raise SSELineTooLong("max_line_bytes", self._max_line)
         if self._parts or self._carry:
             if not self._parts and len(self._carry) > self._held:
                 # The line spans a third chunk: its first piece moves from the carry
@@ -426,9 +448,7 @@ class SSEDecoder:
             self._parts.frombytes(data)  # grows in place: a long line is held about once
         else:
             self._carry = data
-        self._tail_len += len(data)
-        if self._tail_len > self._max_line:
-            raise SSELineTooLong("max_line_bytes", self._max_line)
+        self._tail_len = size
 
     def _guarded(self, text: bytes, end: int) -> list[SSEEvent]:
         """A chunk long enough to hold an over-cap line: measure every line once."""
@@ -532,17 +552,19 @@ class SSEDecoder:
     def _event_type(self, name: bytes) -> str:
         """The dispatched type for an ``event:`` value (empty means "message")."""
         etype = _text(name, "event") or "message"
-        if len(_TYPES) >= _TYPE_CACHE:
-            _TYPES.clear()
-        _TYPES[name] = etype
+        if len(name) <= _CACHED_NAME:
+            if len(_TYPES) >= _TYPE_CACHE:
+                _TYPES.clear()
+            _TYPES[name] = etype
         return etype
 
     def _event_line_type(self, line: bytes) -> str:
         """The dispatched type for a whole ``event: <name>`` line (cached by line)."""
         etype = self._event_type(line[7:])
-        if len(_LINE_TYPES) >= _TYPE_CACHE:
-            _LINE_TYPES.clear()
-        _LINE_TYPES[line] = etype
+        if len(line) <= _CACHED_LINE:
+            if len(_LINE_TYPES) >= _TYPE_CACHE:
+                _LINE_TYPES.clear()
+            _LINE_TYPES[line] = etype
         return etype
 
     def _lines(self, block: bytes) -> None:

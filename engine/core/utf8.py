@@ -4,8 +4,8 @@ Caps count bytes as they would be sent back (UTF-8), while decoded wire text is 
 ``utf8_len`` measures a ``str`` without encoding ASCII text (``isascii()`` is O(1) on
 CPython: the string object records it); ``is_utf8`` validates bytes that msgspec skipped
 unread (a ``msgspec.Raw`` field), in slices, so no decoded copy of them all is made.
-Decoded JSON text never holds a lone surrogate (msgspec rejects one), so the ``encode``
-cannot fail.
+Decoded JSON text never holds a lone surrogate (msgspec rejects one); an engine event
+built by hand may, and ``utf8_len`` counts it as the three bytes ``surrogatepass`` gives.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ _SLICE = 1 << 16
 
 def utf8_len(text: str) -> int:
     """The length of ``text`` in UTF-8 bytes."""
-    return len(text) if text.isascii() else len(text.encode())
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def is_utf8(data: bytes) -> bool:
