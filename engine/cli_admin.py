@@ -38,7 +38,7 @@ from .cli_errors import failure_text, innermost, refuse_undecodable, scrub
 from .core.adapter import PROVIDERS
 from .core.audit import escape_controls
 from .core.registry import Registry
-from .core.states import OpState
+from .core.states import TERMINAL, OpState
 from .store.base import ApprovalRecord, ApprovalStatus, OperationRecord, Store
 from .store.errors import ApprovalAlreadyDecided, ApprovalExpired
 from .store.sqlite import SQLiteStore
@@ -477,10 +477,17 @@ async def _operations_resume(args: argparse.Namespace, store: Store) -> int:
         raise CliFailure(f"pass --provider (one of {', '.join(PROVIDERS)})", 2)
     if not isinstance(model, str) or not model:
         raise CliFailure("pass --model (the snapshot does not name one)", 2)
-    if record.state != OpState.WAITING_APPROVAL:
+    if record.state in {s.value for s in TERMINAL}:
         print(
             f"operation {_s(record.operation_id)} is {_s(record.state)}, not waiting for "
             "approval: nothing to resume",
+            file=sys.stderr,
+        )
+    elif record.state != OpState.WAITING_APPROVAL:
+        # The runner settles an operation no drive holds any more (it ends escalated).
+        print(
+            f"operation {_s(record.operation_id)} is {_s(record.state)}, not waiting for "
+            "approval: it ends escalated if no drive holds it",
             file=sys.stderr,
         )
     sink = JsonlAuditSink(args.audit_file) if args.audit_file else None

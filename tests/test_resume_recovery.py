@@ -25,8 +25,9 @@ import pytest
 
 from callgate.engine.core.errors import ConfigError
 from callgate.engine.core.registry import Registry, Revisions, RiskClass, ToolContext, ToolSpec
-from callgate.engine.core.states import OpState
+from callgate.engine.core.states import OpInput, OpState
 from callgate.engine.runtime.loop import Runner
+from callgate.engine.runtime.operation import SNAPSHOT_DECODER
 from callgate.engine.runtime.progress import ProgressEvent, StateChanged
 from callgate.engine.runtime.replay import ReplayServer, ReplayTurn
 from callgate.engine.runtime.transport import ProviderEndpoint
@@ -208,7 +209,9 @@ async def test_a_retry_after_the_handler_ran_replays_the_ledger_not_the_side_eff
     assert ran == [CITY]
 
 
-async def test_a_failed_start_releases_its_claim(tmp_path: Path) -> None:
+async def test_a_failed_start_ends_escalated_and_releases_its_claim(tmp_path: Path) -> None:
+    # Nothing could replay a start (resume takes paused operations; asking the model again
+    # could propose another call than one that ran): it ends escalated, for a human.
     ran: list[str] = []
     turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)]
     async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
@@ -217,7 +220,11 @@ async def test_a_failed_start_releases_its_claim(tmp_path: Path) -> None:
             await failing.start("Weather?", operation_id="op_failed_start")
         row = await store.get_operation("op_failed_start")
     assert row is not None and row.owner is None
-    assert row.state == OpState.MODEL_REQUESTED.value  # the snapshot as created
+    assert row.state == OpState.ESCALATED.value
+    snap = SNAPSHOT_DECODER.decode(row.snapshot)
+    assert snap.state is OpState.ESCALATED and snap.stop is not None
+    assert snap.stop.input is OpInput.DRIVE_FAILED and "HostBug" in snap.stop.reason
+    assert "progress sink failed" not in snap.stop.reason  # the type only, never the text
     assert ran == []
 
 

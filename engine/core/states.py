@@ -29,7 +29,8 @@ Rules of the table (read these before adding a row):
   observe a spent budget or the clock anywhere); ``NO_PROGRESS`` where the no-progress
   counter is evaluated (``VALIDATING``, ``RESULTS_READY``);
   ``OUTCOME_UNKNOWN_UNRECONCILABLE`` where a side effect may have happened
-  (``EXECUTING``).
+  (``EXECUTING``); ``DRIVE_FAILED`` from every non-terminal state, when a drive raised
+  (or its worker stopped) before a verdict and nothing can safely replay it.
 * A result or approval that does not provably belong to its call
   (``BINDING_MISMATCH``) ends in ``FAILED`` wherever results or approvals are bound:
   ``WAITING_APPROVAL``, ``EXECUTING``, ``RESULTS_READY``.
@@ -104,6 +105,9 @@ class OpInput(enum.StrEnum):
     NO_PROGRESS = "no_progress"
     OUTCOME_UNKNOWN_UNRECONCILABLE = "outcome_unknown_unreconcilable"
     BINDING_MISMATCH = "binding_mismatch"
+    # A drive raised, or its worker stopped, before the operation reached a verdict; what
+    # it did (calls that ran) is in the ledger and the audit trail, for a human to read.
+    DRIVE_FAILED = "drive_failed"
 
 
 S = OpState
@@ -149,6 +153,7 @@ TRANSITIONS: dict[tuple[OpState, OpInput], OpState] = {
     # Budgets and the operation deadline can be found spent anywhere before the end.
     **{(s, I.BUDGET_EXHAUSTED): S.ESCALATED for s in _NON_TERMINAL},
     **{(s, I.DEADLINE): S.ESCALATED for s in _NON_TERMINAL},
+    **{(s, I.DRIVE_FAILED): S.ESCALATED for s in _NON_TERMINAL},
 }
 
 del S, I

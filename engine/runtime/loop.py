@@ -35,6 +35,7 @@ from callgate.engine.core.states import (
     TERMINAL,
     OpInput,
     OpState,
+    StopInfo,
 )
 from callgate.engine.core.validation import (
     ApprovalDecision,
@@ -186,7 +187,9 @@ class Runner:
                 fencing_token=1,
             )
         )
-        async with self._released_on_failure(snap.operation_id, record.fencing_token):
+        async with self._released_on_failure(
+            snap.operation_id, record.fencing_token, escalate=True
+        ):
             return await self._drive(snap, (record.version, record.fencing_token))
 
     async def resume(self, operation_id: str) -> OperationResult:
@@ -204,7 +207,7 @@ class Runner:
             stale_after=self._claim_stale_after,
         )
         if token is None:  # not claimable (another worker holds it, or not paused)
-            return self._result(await self._load(operation_id))
+            return await self._settle_stuck(operation_id, now)
         async with self._released_on_failure(operation_id, token):
             record = await store.get_operation(operation_id)
             if record is None:
@@ -338,15 +341,51 @@ class Runner:
         )
 
     @contextlib.asynccontextmanager
-    async def _released_on_failure(self, operation_id: str, token: int) -> AsyncIterator[None]:
-        """Release the claim held under ``token`` if the body raises or is cancelled."""
+    async def _released_on_failure(
+        self, operation_id: str, token: int, *, escalate: bool = False
+    ) -> AsyncIterator[None]:
+        """Release the claim held under ``token`` if the body raises or is cancelled. With
+        ``escalate`` (a start: nothing could replay it), a body that raised ends the
+        operation ``escalated`` instead; a cancelled one is only released."""
         try:
             yield
         except BaseException as exc:
-            await self._release(operation_id, token, exc)
+            if escalate and isinstance(exc, Exception):
+                # (The type only: an exception's text may quote arguments or credentials.)
+                stop = _drive_failed(f"the drive raised {type(exc).__name__}")
+                await self._release(operation_id, token, exc, stop=stop)
+            else:
+                await self._release(operation_id, token, exc)
             raise
 
-    async def _release(self, operation_id: str, token: int, exc: BaseException) -> None:
+    async def _settle_stuck(self, operation_id: str, now: float) -> OperationResult:
+        """``resume`` of an operation it cannot claim as paused. One that no drive holds
+        any more (its start failed and could not be escalated, or its worker stopped and
+        the claim went stale) in a state a drive only passes through is ended
+        ``escalated``: replaying it would ask the model again, and a different call than
+        the one that may already have run could repeat a side effect."""
+        snap = await self._load(operation_id)
+        if snap.state in TERMINAL or snap.state is OpState.WAITING_APPROVAL:
+            return self._result(snap)
+        token = await self._need_store().claim_operation(
+            operation_id,
+            self.worker_id,
+            now=now,
+            from_states=[snap.state.value],
+            stale_after=self._claim_stale_after,
+        )
+        if token is None:  # a live drive holds it
+            return self._result(await self._load(operation_id))
+        error = StoreError(f"operation {operation_id}: no drive holds it")
+        stop = _drive_failed("no drive holds it (its start failed, or its worker stopped)")
+        await self._release(operation_id, token, error, stop=stop)
+        if getattr(error, "__notes__", None):
+            raise error  # settling it failed (the notes say how): not reported as settled
+        return self._result(await self._load(operation_id))
+
+    async def _release(
+        self, operation_id: str, token: int, exc: BaseException, *, stop: StopInfo | None = None
+    ) -> None:
         # Only the owner changes: the snapshot stays the one last persisted (the pause, or
         # the operation as created). The failed drive's in-memory snapshot may stop
         # mid-step — state advanced past the pause, approvals cleared, results bound but
@@ -355,6 +394,8 @@ class Runner:
         # and the idempotency ledger answers calls that already ran. The cost: the failed
         # attempt's audit records stay in the sink, and the retry's records chain again
         # from the persisted head (a branch in the trail that shows both attempts).
+        # With ``stop`` the persisted snapshot ends there instead (a start's: nothing can
+        # replay from the operation as created without asking the model again).
         store = self._need_store()
         deadline = anyio.current_time() + _RELEASE_TIMEOUT
         with anyio.CancelScope(shield=True, deadline=deadline) as scope:
@@ -362,8 +403,13 @@ class Runner:
                 record = await store.get_operation(operation_id)
                 if record is None or record.owner is None or record.fencing_token != token:
                     return  # released by the drive itself, or taken over: not ours now
+                changes: dict[str, Any] = {"owner": None, "updated_at": self._clock()}
+                if stop is not None:
+                    snap = SNAPSHOT_DECODER.decode(record.snapshot)
+                    snap.state, snap.stop = stop.state, stop
+                    changes.update(state=stop.state.value, snapshot=msgspec.json.encode(snap))
                 await store.save_operation(
-                    msgspec.structs.replace(record, owner=None, updated_at=self._clock()),
+                    msgspec.structs.replace(record, **changes),
                     expected_version=record.version,
                     fencing_token=token,
                 )
@@ -423,3 +469,14 @@ class Runner:
             calls=tuple(snap.calls),
             pending_approvals=pending,
         )
+
+
+def _drive_failed(what: str) -> StopInfo:
+    return StopInfo(
+        state=OpState.ESCALATED,
+        input=OpInput.DRIVE_FAILED,
+        provider_reason=None,
+        reason=(
+            f"no verdict: {what}; calls that ran are in the idempotency ledger and the audit trail"
+        ),
+    )
