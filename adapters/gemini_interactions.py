@@ -10,8 +10,11 @@ parses tool arguments (the assembler does), never trusts provider text as a stat
 Decoding: a ``function_call`` step opens a call at its step ``index`` (the ``arguments: {}``
 placeholder is ignored), ``arguments_delta`` text is forwarded as fragments and
 ``step.stop`` is the done signal. A legacy ``function_call`` arrives whole in one
-``content.delta``. Thought steps (signature, summary) and function-call signatures are
-kept as ``ContinuationItem``s; the terminal status maps through ``FINISH_REASONS``.
+``content.delta``; its arguments object (like non-empty ``arguments`` in a step.start)
+goes to the assembler as its exact wire bytes, and no argument delta may follow it.
+Thought steps (signature, summary) and function-call signatures are kept as
+``ContinuationItem``s; of a step's payload nothing else is held. The terminal status
+maps through ``FINISH_REASONS``.
 
 Continuation is **stateful** (``previous_interaction_id``; the server keeps the model's
 turn, thought signatures included). So that the run loop's plain rule "messages = initial
@@ -56,6 +59,7 @@ from callgate.engine.core.outcome import (
 )
 from callgate.engine.core.sse import SSEEvent
 
+from . import _interactions_wire as wire
 from ._utf8 import utf8_len
 
 __all__ = [
@@ -86,70 +90,6 @@ _RETRYABLE: Final = frozenset(
 )
 
 
-# --- wire views: only the fields read here (gc=False: decoded JSON has no cycles) ---------
-
-
-class _Delta(msgspec.Struct, gc=False):
-    type: str = ""
-    text: str | None = None
-    # A partial JSON string (arguments_delta) or an object (legacy function_call).
-    arguments: Any = None
-    signature: str | None = None
-    # thought_summary: {"type": "text", "text": ...}
-    content: Any = None
-    id: str | None = None
-    name: str | None = None
-
-
-class _Usage(msgspec.Struct, gc=False):
-    total_input_tokens: int | None = None
-    total_output_tokens: int | None = None
-    total_thought_tokens: int | None = None
-    total_cached_tokens: int | None = None
-
-
-class _Interaction(msgspec.Struct, gc=False):
-    id: str | None = None
-    status: str | None = None
-    model: str | None = None
-    usage: _Usage | None = None
-
-
-class _Error(msgspec.Struct, gc=False):
-    code: int | str | None = None
-    message: str | None = None
-    status: str | None = None
-
-
-class _Event(msgspec.Struct, gc=False):
-    event_type: str = ""
-    index: int = -1
-    # step.start carries `step`, legacy content.start carries `content`; both are small
-    # and kept whole for steps this adapter does not act on.
-    step: dict[str, Any] | None = None
-    content: dict[str, Any] | None = None
-    delta: _Delta | None = None
-    interaction: _Interaction | None = None
-    status: str | None = None
-    error: _Error | None = None
-
-
-class _HotDelta(msgspec.Struct, gc=False):
-    type: str = ""
-    arguments: Any = None
-    signature: str | None = None
-
-
-class _HotEvent(msgspec.Struct, gc=False):
-    """A step delta, read for just what an argument fragment needs."""
-
-    event_type: str = ""
-    index: int = -1
-    delta: _HotDelta | None = None
-
-
-_DECODER: Final = msgspec.json.Decoder(_Event)
-_HOT_DECODER: Final = msgspec.json.Decoder(_HotEvent)
 _DELTA_NAMES: Final = frozenset({"step.delta", "content.delta"})
 
 _CALL: Final = 0
@@ -166,14 +106,30 @@ _KINDS: Final = {
 
 
 class _Step:
-    __slots__ = ("call_open", "data", "kind", "nbytes", "open", "signature", "summary")
+    """A step's kind and state and what becomes output (a signature, a capped summary, a
+    ``ProviderDetail`` payload until the stop); nothing else of its payload is held."""
 
-    def __init__(self, kind: int, data: dict[str, Any]) -> None:
+    __slots__ = (
+        "call_id",
+        "call_open",
+        "detail",
+        "kind",
+        "nbytes",
+        "open",
+        "signature",
+        "summary",
+        "whole",
+    )
+
+    def __init__(self, kind: int) -> None:
         self.kind = kind
-        self.data = data
         self.open = True
         # Steps format: the call opens at step.start. Legacy: at its one content.delta.
         self.call_open = False
+        self.call_id: str | None = None  # legacy: the id on the nameless call step
+        # The call's arguments came whole (not as deltas): no argument delta may follow.
+        self.whole = False
+        self.detail: dict[str, Any] | None = None
         self.signature: str | None = None
         self.summary: list[str] = []
         self.nbytes = 0
@@ -204,7 +160,7 @@ class GeminiInteractionsStream:
         every event of a long call) are read through a lean view and collected into one
         ``ArgumentsRun``; every other event is decoded whole and goes through ``_event``.
         Events before an error are in ``out`` when it is raised."""
-        hot = _HOT_DECODER.decode
+        hot = wire.HOT_DECODER.decode
         calls = self._calls
         indexes: list[int] = []
         pieces: list[str] = []
@@ -241,7 +197,7 @@ class GeminiInteractionsStream:
 
     def _event(self, event: SSEEvent, out: list[BatchEvent]) -> None:
         try:
-            ev = _DECODER.decode(event.data)
+            ev = wire.DECODER.decode(event.data)
         except msgspec.DecodeError as exc:
             raise StreamProtocolError(
                 f"interactions: undecodable {event.event!r} event: {exc}"
@@ -282,7 +238,7 @@ class GeminiInteractionsStream:
 
     # --- interaction level -------------------------------------------------------------
 
-    def _created(self, interaction: _Interaction | None) -> list[EngineEvent]:
+    def _created(self, interaction: wire.Interaction | None) -> list[EngineEvent]:
         if self._meta_sent:
             raise StreamProtocolError("interactions: interaction created twice")
         self._meta_sent = True
@@ -293,7 +249,7 @@ class GeminiInteractionsStream:
         # An unstored interaction (store:false) has id "": nothing to continue from.
         return [ResponseMeta(interaction.id or None, interaction.model)]
 
-    def _completed(self, interaction: _Interaction | None) -> list[EngineEvent]:
+    def _completed(self, interaction: wire.Interaction | None) -> list[EngineEvent]:
         self._done = True
         out: list[EngineEvent] = []
         if interaction is not None:
@@ -325,14 +281,18 @@ class GeminiInteractionsStream:
 
     # --- steps ---------------------------------------------------------------------------
 
-    def _start(self, ev: _Event) -> list[EngineEvent]:
+    def _start(self, ev: wire.Event) -> list[EngineEvent]:
         index = ev.index
-        data = ev.step if ev.step is not None else ev.content
-        if index < 0 or data is None:
+        raw = ev.step if wire.given(ev.step) else ev.content
+        if index < 0 or not wire.given(raw):
             raise StreamProtocolError("interactions: step start without index or step")
+        try:
+            data = wire.STEP_DECODER.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise StreamProtocolError(f"interactions: undecodable step {index}: {exc}") from None
         if index in self._steps:
             raise StreamProtocolError(f"interactions: step {index} started twice")
-        stype = data.get("type")
+        stype = data.type
         kind = _KINDS.get(stype, _OTHER) if isinstance(stype, str) else _OTHER
         if kind != _CALL:
             # Every non-call step is kept (as an item or a detail) or at least tracked.
@@ -346,38 +306,56 @@ class GeminiInteractionsStream:
             raise LimitExceeded(
                 "max_calls_per_response", self._limits.max_calls_per_response, "interactions steps"
             )
-        step = self._steps[index] = _Step(kind, data)
-        signature = data.get("signature")
-        if isinstance(signature, str) and signature:
-            step.signature = signature
+        step = self._steps[index] = _Step(kind)
+        if isinstance(data.signature, str) and data.signature:
+            step.signature = data.signature
         if kind == _CALL:
-            name = data.get("name")
-            if name is None:
-                return []  # legacy: the whole call follows in one content.delta
-            if not isinstance(name, str):
-                raise StreamProtocolError(f"interactions: function_call step {index} has no name")
-            step.call_open = True
-            self._calls.add(index)
-            call_id = data.get("id")
-            return [
-                CallStarted(
-                    index, name, call_id=call_id if isinstance(call_id, str) and call_id else None
-                )
-            ]
+            return self._open_call(index, step, data)
         if kind == _THOUGHT:
-            summary = data.get("summary")
-            if isinstance(summary, list):
-                for entry in summary:
+            if isinstance(data.summary, list):
+                for entry in data.summary:
                     if isinstance(entry, dict) and isinstance(entry.get("text"), str):
                         self._buffer(step, entry["text"])
-            return []
-        if kind == _OUTPUT:
-            text = data.get("text")
-            if isinstance(text, str) and text:
-                return [TextDelta(text)]
+        elif kind == _OUTPUT:
+            if isinstance(data.text, str) and data.text:
+                return [TextDelta(data.text)]
+        else:
+            # The whole step becomes a ProviderDetail at its stop (one continuation
+            # item, like every adapter's opaque parts): kept, and counted, as that.
+            step.detail = wire.value(raw, f"step {index}")
         return []
 
-    def _delta(self, ev: _Event) -> list[EngineEvent]:
+    def _open_call(self, index: int, step: _Step, data: wire.Step) -> list[EngineEvent]:
+        name, args = data.name, data.arguments
+        call_id = data.id if isinstance(data.id, str) and data.id else None
+        if name is None:
+            # Legacy: the whole call, with its arguments, follows in one content.delta.
+            if not wire.placeholder(args):
+                raise StreamProtocolError(f"interactions: nameless call step {index} has arguments")
+            step.call_id = call_id
+            return []
+        if not isinstance(name, str):
+            raise StreamProtocolError(f"interactions: function_call step {index} has no name")
+        step.call_open = True
+        out: list[EngineEvent] = [CallStarted(index, name, call_id=call_id)]
+        if wire.placeholder(args):
+            self._calls.add(index)  # `arguments: {}` (documented): the deltas carry them
+        else:
+            # Real arguments in step.start (PROVIDERS.md defines none) are never dropped.
+            # Alone they are the call's arguments: exact bytes, parsed strictly and capped
+            # by the assembler. An argument delta after them would be a second source;
+            # joining or picking one would be a guess, so it fails the stream (`_delta`:
+            # the call is kept out of `_calls`, so all its deltas take that path).
+            out.append(self._whole(index, step, args))
+        return out
+
+    @staticmethod
+    def _whole(index: int, step: _Step, args: msgspec.Raw) -> ArgumentsDelta:
+        """Whole arguments as one fragment: their exact wire text (UTF-8 checked)."""
+        step.whole = True
+        return ArgumentsDelta(index, wire.text(args, f"function_call {index} arguments"))
+
+    def _delta(self, ev: wire.Event) -> list[EngineEvent]:
         if self._done:
             raise StreamProtocolError("interactions: delta after the interaction completed")
         index = ev.index
@@ -400,11 +378,13 @@ class GeminiInteractionsStream:
                     raise StreamProtocolError(f"interactions: arguments for unopened call {index}")
                 if delta.signature:
                     step.signature = delta.signature
-                fragment = delta.arguments
-                if fragment is None or fragment == "":
+                fragment = wire.string(delta.arguments, f"arguments_delta {index}")
+                if not fragment:
                     return []
-                if not isinstance(fragment, str):
-                    raise StreamProtocolError(f"interactions: arguments_delta {index} is not text")
+                if step.whole:
+                    raise StreamProtocolError(
+                        f"interactions: argument delta for call {index}: its arguments came whole"
+                    )
                 return [ArgumentsDelta(index, fragment)]
             if dtype == "function_call":
                 return self._legacy_call(index, step, delta)
@@ -419,29 +399,27 @@ class GeminiInteractionsStream:
         # Image, annotation and built-in tool deltas carry nothing the turn acts on.
         return []
 
-    def _legacy_call(self, index: int, step: _Step, delta: _Delta) -> list[EngineEvent]:
-        if step.call_open or step.data.get("name") is not None:
+    def _legacy_call(self, index: int, step: _Step, delta: wire.Delta) -> list[EngineEvent]:
+        if step.call_open:
             raise StreamProtocolError(f"interactions: call {index} delivered twice")
         if not delta.name:
             raise StreamProtocolError(f"interactions: function_call {index} has no name")
-        call_id = delta.id or step.data.get("id")
         step.call_open = True
-        self._calls.add(index)
-        step.data = {**step.data, "name": delta.name}
         if delta.signature:
             step.signature = delta.signature
         out: list[EngineEvent] = [
-            CallStarted(
-                index, delta.name, call_id=call_id if isinstance(call_id, str) and call_id else None
-            )
+            CallStarted(index, delta.name, call_id=delta.id or step.call_id or None)
         ]
         args = delta.arguments
-        if isinstance(args, str):
-            if args:
-                out.append(ArgumentsDelta(index, args))
-        elif args is not None:
-            # Legacy calls carry the arguments as an object; the assembler parses text.
-            out.append(ArgumentsDelta(index, msgspec.json.encode(args).decode()))
+        if wire.given(args) and not wire.is_string(args):
+            # Legacy calls carry the arguments as an object: its exact bytes go to the
+            # assembler (a duplicate key is rejected there, `1E2` stays `1E2`).
+            out.append(self._whole(index, step, args))
+            return out
+        self._calls.add(index)
+        fragment = wire.string(args, f"function_call {index} arguments")
+        if fragment:
+            out.append(ArgumentsDelta(index, fragment))
         return out
 
     def _stop(self, index: int) -> list[EngineEvent]:
@@ -475,7 +453,8 @@ class GeminiInteractionsStream:
             step.summary = []
             return [ContinuationItem("thought", index, item)]
         if kind == _OTHER:
-            return [ProviderDetail("interactions_step", step.data)]
+            detail, step.detail = step.detail, None
+            return [ProviderDetail("interactions_step", detail or {})]
         return []
 
     def _count_item(self) -> None:
@@ -516,7 +495,7 @@ _OPS: Final = {
 }
 
 
-def _provider_error(error: _Error | None) -> ProviderError:
+def _provider_error(error: wire.Error | None) -> ProviderError:
     if error is None:
         return ProviderError(ProviderErrorInfo(code="error"))
     code = error.code

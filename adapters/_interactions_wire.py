@@ -1,0 +1,164 @@
+"""Gemini Interactions wire views: the fields of an SSE event the adapter reads, decoded by
+msgspec (gc=False: decoded JSON has no cycles), and the reading of the values taken unread
+(``msgspec.Raw``): a step's payload and a call's ``arguments``.
+
+Owns no state and emits no engine event; ``gemini_interactions.py`` translates what these
+views hold. msgspec checks the UTF-8 of what it decodes, not of what it skips or keeps as
+``Raw``: ``text`` and ``value`` below check it for what the adapter uses.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import msgspec
+
+from callgate.engine.core.errors import StreamProtocolError
+
+__all__ = [
+    "DECODER",
+    "HOT_DECODER",
+    "NO_VALUE",
+    "STEP_DECODER",
+    "Delta",
+    "Error",
+    "Event",
+    "HotEvent",
+    "Interaction",
+    "Step",
+    "given",
+    "is_string",
+    "placeholder",
+    "string",
+    "text",
+    "value",
+]
+
+NO_VALUE: Final = msgspec.Raw()
+_NULL: Final = msgspec.Raw(b"null")
+# An object without members: the `arguments` placeholder of a function_call step.start.
+_EMPTY_OBJECT: Final = re.compile(rb"\{[ \t\r\n]*\}")
+
+
+class Delta(msgspec.Struct, gc=False):
+    type: str = ""
+    text: str | None = None
+    # A partial JSON string (arguments_delta) or, in a legacy function_call, the whole
+    # arguments object: taken unread, so that its exact bytes reach the assembler.
+    arguments: msgspec.Raw = NO_VALUE
+    signature: str | None = None
+    # thought_summary: {"type": "text", "text": ...}
+    content: Any = None
+    id: str | None = None
+    name: str | None = None
+
+
+class Step(msgspec.Struct, gc=False):
+    """A step.start ``step`` (legacy content.start ``content``), for the fields acted on.
+    Its other fields are skipped: nothing of them is held. (Loosely typed: the adapter
+    checks each field's type where it uses it.)"""
+
+    type: Any = None
+    id: Any = None
+    name: Any = None
+    signature: Any = None
+    summary: Any = None
+    text: Any = None
+    arguments: msgspec.Raw = NO_VALUE
+
+
+class Usage(msgspec.Struct, gc=False):
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    total_thought_tokens: int | None = None
+    total_cached_tokens: int | None = None
+
+
+class Interaction(msgspec.Struct, gc=False):
+    id: str | None = None
+    status: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+
+
+class Error(msgspec.Struct, gc=False):
+    code: int | str | None = None
+    message: str | None = None
+    status: str | None = None
+
+
+class Event(msgspec.Struct, gc=False):
+    event_type: str = ""
+    index: int = -1
+    # step.start carries `step`, legacy content.start carries `content`: read through
+    # `Step`, or decoded whole for a step this adapter does not act on.
+    step: msgspec.Raw = NO_VALUE
+    content: msgspec.Raw = NO_VALUE
+    delta: Delta | None = None
+    interaction: Interaction | None = None
+    status: str | None = None
+    error: Error | None = None
+
+
+class HotDelta(msgspec.Struct, gc=False):
+    type: str = ""
+    arguments: Any = None
+    signature: str | None = None
+
+
+class HotEvent(msgspec.Struct, gc=False):
+    """A step delta, read for just what an argument fragment needs."""
+
+    event_type: str = ""
+    index: int = -1
+    delta: HotDelta | None = None
+
+
+DECODER: Final = msgspec.json.Decoder(Event)
+HOT_DECODER: Final = msgspec.json.Decoder(HotEvent)
+STEP_DECODER: Final = msgspec.json.Decoder(Step)
+_STRING: Final = msgspec.json.Decoder(str)
+
+
+def given(raw: msgspec.Raw) -> bool:
+    """Whether a ``Raw`` field holds a value: it is neither absent nor ``null``."""
+    return bool(raw) and raw != _NULL
+
+
+def placeholder(raw: msgspec.Raw) -> bool:
+    """Whether a call step's ``arguments`` are no arguments: absent, ``null`` or ``{}``."""
+    return not given(raw) or _EMPTY_OBJECT.fullmatch(raw) is not None
+
+
+def is_string(raw: msgspec.Raw) -> bool:
+    """Whether a ``Raw`` value is a JSON string."""
+    return bytes(memoryview(raw)[:1]) == b'"'
+
+
+def string(raw: msgspec.Raw, what: str) -> str | None:
+    """A ``Raw`` field that must be a JSON string, decoded (None when absent or null)."""
+    if not given(raw):
+        return None
+    try:
+        return _STRING.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise StreamProtocolError(f"interactions: {what} is not text: {exc}") from None
+
+
+def text(raw: msgspec.Raw, what: str) -> str:
+    """A value's exact JSON text (its wire bytes, which must be UTF-8)."""
+    try:
+        return str(raw, "utf-8")  # Raw is a buffer, not bytes: no .decode()
+    except UnicodeDecodeError:
+        raise StreamProtocolError(f"interactions: {what} is not valid UTF-8") from None
+
+
+def value(raw: msgspec.Raw, what: str) -> Any:
+    """A ``Raw`` field decoded (None when absent or null)."""
+    if not given(raw):
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise StreamProtocolError(f"interactions: undecodable {what}: {exc}") from None
