@@ -481,25 +481,33 @@ def test_whole_text_counts_the_same_toward_the_response_cap_however_it_arrives(
     length: int,
 ) -> None:
     """A whole argument text counts its code points toward
-    ``max_response_argument_bytes``, as fragments do, whether it comes as text or as a
-    short or long JSON literal (the per-call cap then checks the real bytes)."""
+    ``max_response_argument_bytes`` while streaming, as fragments do, whether it comes as
+    text or as a short or long JSON literal; once joined, the real bytes meet the cap
+    (and the per-call cap) the same way for every form."""
     text = '{"s":"' + "é" * length + '"}'
-    cap = len(text) + 10  # code points fit; the UTF-8 bytes (about twice) do not
-    limits = Limits(max_response_argument_bytes=cap, max_call_argument_bytes=4 * cap)
-    outcomes = []
-    for form in ("text", "literal", "fragments"):
-        acc = CallAccumulator(limits)
-        acc.start(0, "f", "c", None)
-        if form == "text":
-            acc.done(0, text)
-        elif form == "literal":
-            acc.done(0, None, None, msgspec.Raw(msgspec.json.encode(text)))
+    size = len(text.encode())
+    for cap, accepted in ((len(text) + 10, False), (size, True)):
+        # First: the code points fit, the UTF-8 bytes (about twice) do not.
+        limits = Limits(max_response_argument_bytes=cap, max_call_argument_bytes=4 * cap)
+        outcomes = []
+        for form in ("text", "literal", "fragments"):
+            acc = CallAccumulator(limits)
+            acc.start(0, "f", "c", None)
+            if form == "text":
+                acc.done(0, text)
+            elif form == "literal":
+                acc.done(0, None, None, msgspec.Raw(msgspec.json.encode(text)))
+            else:
+                acc.fragment(0, text)
+                acc.done(0, None)
+            outcomes.append(acc.complete(None))
+        assert outcomes[0] == outcomes[1] == outcomes[2]
+        [call] = outcomes[0]
+        if accepted:
+            assert call.arguments == {"s": "é" * length} and call.error is None
         else:
-            acc.fragment(0, text)
-            acc.done(0, None)
-        outcomes.append(acc.complete(None))
-    assert outcomes[0] == outcomes[1] == outcomes[2]
-    assert outcomes[0][0].arguments == {"s": "é" * length}
+            assert call.arguments is None
+            assert call.error is not None and "max_response_argument_bytes" in call.error
 
 
 def test_a_repeated_whole_bytes_done_that_differs_rejects_the_call() -> None:
