@@ -6,11 +6,14 @@ messages, tool results and the streaming request body (encode side). It never do
 HTTP, never parses argument JSON (the assembler does, on the done signal) and never
 decides what a turn means beyond its finish-reason table.
 
-Chat has no per-call "arguments done" event: the chunk with a non-null
+Chat has no per-call "arguments done" event: the first chunk with a non-null
 ``finish_reason`` closes every started call, and the ``data: [DONE]`` sentinel is the
 terminal signal: a stream that ends after the finish chunk but without ``[DONE]`` was cut
-and is truncated, like any other cut. Only choice 0 is read (``n>1`` is not
-supported).
+and is truncated, like any other cut. The first finish decides: a repeated one changes
+nothing, and a tool-call fragment after it (a new call, or more of a closed one) is a
+protocol error, never a call the finish did not cover. A fragment without an index is
+keyed by its id: it continues the call that started with that id (with or without an
+index), or starts a new one. Only choice 0 is read (``n>1`` is not supported).
 """
 
 from __future__ import annotations
@@ -137,6 +140,7 @@ class OpenAIChatStream:
         "_calls",
         "_done",
         "_extra_choice_noted",
+        "_fast",
         "_finish",
         "_max_calls",
         "_meta_sent",
@@ -149,11 +153,16 @@ class OpenAIChatStream:
         self._calls: dict[int, tuple[str | None, str]] = {}
         # Calls started and not yet closed by a finish chunk (insertion-ordered).
         self._open: dict[int, None] = {}
-        # Only for fragments without an index: call id -> index.
-        self._by_id: dict[str, int] = {}
+        # Call id -> index of the call that started with it, for fragments without an
+        # index; None when two calls started with the same id (such a fragment names
+        # neither).
+        self._by_id: dict[str, int | None] = {}
         self._finish: str | None = None
         self._done = False
         self._meta_sent = False
+        # The fragment fast path of ``decode_batch``: after the meta chunk, before the
+        # first finish and [DONE] (what follows those takes ``_event``, which checks).
+        self._fast = False
         self._extra_choice_noted = False
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
@@ -173,7 +182,7 @@ class OpenAIChatStream:
         try:
             for event in events:
                 data = event.data
-                if self._meta_sent and not self._done and data and data != _DONE:
+                if self._fast and data and data != _DONE:
                     try:
                         chunk: _BodyView = decode(data)
                     except msgspec.DecodeError as exc:
@@ -251,6 +260,7 @@ class OpenAIChatStream:
                 head = _CHUNK.decode(data)
                 if head.id is not None or head.model is not None:
                     self._meta_sent = True
+                    self._fast = self._finish is None
                     out.append(ResponseMeta(head.id, head.model))
                 chunk = head
         except msgspec.DecodeError as exc:
@@ -283,11 +293,12 @@ class OpenAIChatStream:
                         out.append(RefusalDelta(delta.refusal))
                     if delta.tool_calls:
                         self._tool_calls(delta.tool_calls, out)
-                if choice.finish_reason:
-                    if self._finish is None:
-                        # The first ending counts: a repeated one ("length", then "stop")
-                        # cannot turn a cut answer into a complete one.
-                        self._finish = choice.finish_reason
+                if choice.finish_reason and self._finish is None:
+                    # The first ending counts: a repeated one ("length", then "stop")
+                    # cannot turn a cut answer into a complete one, nor close a call
+                    # (none can start after the first: ``_tool_calls``).
+                    self._finish = choice.finish_reason
+                    self._fast = False
                     # Chat's only "arguments done" signal: every open call is complete.
                     out.extend(CallDone(index) for index in self._open)
                     self._open.clear()
@@ -304,6 +315,7 @@ class OpenAIChatStream:
 
     def _terminal(self, out: list[BatchEvent]) -> None:
         self._done = True
+        self._fast = False
         reason = self._finish
         if reason is not None:
             out.append(Completion(FINISH_REASONS.get(reason, OutcomeKind.FAILED), reason))
@@ -322,6 +334,12 @@ class OpenAIChatStream:
             )
 
     def _tool_calls(self, fragments: list[_ToolCallView], out: list[BatchEvent]) -> None:
+        if self._finish is not None:
+            # The finish closed every call it found; what follows it is no part of the
+            # turn the finish described (a text answer must not become a tool turn).
+            raise StreamProtocolError(
+                f"openai_chat: tool call fragment after finish_reason {self._finish!r}"
+            )
         for fragment in fragments:
             call_id = fragment.id or None
             function = fragment.function
@@ -343,6 +361,9 @@ class OpenAIChatStream:
                     raise LimitExceeded("max_calls_per_response", self._max_calls)
                 self._calls[index] = (call_id, name)
                 self._open[index] = None
+                if call_id is not None:
+                    # A second call with the same id makes the id name neither.
+                    self._by_id[call_id] = None if call_id in self._by_id else index
                 out.append(CallStarted(index, name, call_id))
             else:
                 known_id, known_name = known
@@ -358,13 +379,20 @@ class OpenAIChatStream:
                 out.append(ArgumentsDelta(index, arguments))
 
     def _index_by_id(self, call_id: str | None) -> int:
+        """The index of the call an index-less fragment names by its id: the call that
+        started with that id, whatever index it had; an unknown id starts a new call
+        after the highest index."""
         if call_id is None:
             raise StreamProtocolError("openai_chat: tool call fragment with neither index nor id")
-        index = self._by_id.get(call_id)
-        if index is None:
-            index = max(self._calls, default=-1) + 1
-            self._by_id[call_id] = index
-        return index
+        if call_id in self._by_id:
+            index = self._by_id[call_id]
+            if index is None:
+                raise StreamProtocolError(
+                    f"openai_chat: tool call fragment without an index names id {call_id!r}, "
+                    "which two calls started with"
+                )
+            return index
+        return max(self._calls, default=-1) + 1
 
 
 class OpenAIChatAdapter:

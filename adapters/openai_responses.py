@@ -17,6 +17,14 @@ the call already holds as its raw bytes; ``assistant_echo`` puts them back from 
 The done events' repeated argument texts stay raw JSON literals (``CallDone.literal``),
 compared with the fragments a slice at a time, so a long call is never held twice.
 
+A function call is what its ``output_item.added`` says: an argument event that names it
+by both ``output_index`` and ``item_id`` must name the same call by each, and its done
+item must keep its ``call_id``, ``name`` and ``id`` (the echo replays that item);
+anything else is a protocol error, never a guess at which call was meant. An
+``output_text`` part whose text came in no delta takes it once from its done text
+(``output_text.done``, else the part in the message's done item), as a refusal part
+does; when deltas carried a part's text, its done text is not read.
+
 Encode side (stateless, ``store:false``): ``include:["reasoning.encrypted_content"]`` is
 sent only when ``is_reasoning_model(model)`` says so (other models reject it with 400
 "Encrypted content is not supported with this model"). The echo leaves out a reasoning
@@ -51,9 +59,10 @@ from callgate.engine.core.events import (
     append_fragments,
 )
 from callgate.engine.core.limits import Limits
-from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
+from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome
 from callgate.engine.core.sse import SSEData, SSEEvent
 
+from . import _responses_wire as wire
 from ._openai_common import ErrorView, error_info
 
 __all__ = [
@@ -95,125 +104,8 @@ def is_reasoning_model(model: str) -> bool:
     return _REASONING_MODEL.search(name) is not None
 
 
-# --- decode views: only the fields this adapter reads --------------------------------------
-
-
-class _InputDetailsView(msgspec.Struct, frozen=True, gc=False):
-    cached_tokens: int | None = None
-
-
-class _OutputDetailsView(msgspec.Struct, frozen=True, gc=False):
-    reasoning_tokens: int | None = None
-
-
-class _UsageView(msgspec.Struct, frozen=True, gc=False):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    input_tokens_details: _InputDetailsView | None = None
-    output_tokens_details: _OutputDetailsView | None = None
-
-
-class _IncompleteView(msgspec.Struct, frozen=True, gc=False):
-    reason: str | None = None
-
-
-class _ResponseView(msgspec.Struct, frozen=True, gc=False):
-    id: str | None = None
-    model: str | None = None
-    status: str | None = None
-    usage: _UsageView | None = None
-    error: ErrorView | None = None
-    incomplete_details: _IncompleteView | None = None
-
-
-class _LifecycleEvent(msgspec.Struct, frozen=True, gc=False):
-    response: _ResponseView | None = None
-
-
-class _AddedItemView(msgspec.Struct, frozen=True, gc=False):
-    type: str
-    id: str | None = None
-    call_id: str | None = None
-    name: str | None = None
-
-
-class _ItemAddedEvent(msgspec.Struct, frozen=True, gc=False):
-    output_index: int
-    item: _AddedItemView
-
-
-class _ItemDoneEvent(msgspec.Struct, frozen=True, gc=False):
-    output_index: int
-    # Kept for the stateless echo, so decoded member by member (a function call's
-    # ``arguments`` stays a raw literal: it repeats the streamed text).
-    item: dict[str, msgspec.Raw]
-
-
-class _ArgumentsDeltaEvent(msgspec.Struct, frozen=True, gc=False):
-    delta: str
-    output_index: int | None = None
-    item_id: str | None = None
-
-
-class _IndexedDeltaEvent(msgspec.Struct, frozen=True, gc=False):
-    """The same event when it names its output_index (OpenAI's own always do): the
-    item id is not decoded, one string less per fragment."""
-
-    delta: str
-    output_index: int | None = None
-
-
-class _ArgumentsDoneEvent(msgspec.Struct, frozen=True, gc=False):
-    # The whole text again: kept as its raw JSON literal, compared without a decoded copy.
-    arguments: msgspec.Raw = msgspec.Raw()  # empty when absent
-    output_index: int | None = None
-    item_id: str | None = None
-
-
-class _DeltaEvent(msgspec.Struct, frozen=True, gc=False):
-    delta: str
-
-
-class _RefusalDoneEvent(msgspec.Struct, frozen=True, gc=False):
-    refusal: str = ""
-
-
-class _ErrorEvent(msgspec.Struct, frozen=True, gc=False):
-    # Flat shape (SDK types) carries code/message at the top; the recorded shape nests
-    # them under "error". The top-level "type" is the event type, so it is not read.
-    code: str | int | None = None
-    message: str | None = None
-    error: ErrorView | str | None = None
-
-
-class _TypeView(msgspec.Struct, frozen=True, gc=False):
-    type: str
-
-
-_LIFECYCLE = msgspec.json.Decoder(_LifecycleEvent)
-_ITEM_ADDED = msgspec.json.Decoder(_ItemAddedEvent)
-_ITEM_DONE = msgspec.json.Decoder(_ItemDoneEvent)
-_ARGS_DELTA = msgspec.json.Decoder(_ArgumentsDeltaEvent)
-_INDEXED_DELTA = msgspec.json.Decoder(_IndexedDeltaEvent)
-_ARGS_DELTA_NAME = "response.function_call_arguments.delta"
-_ARGS_DONE = msgspec.json.Decoder(_ArgumentsDoneEvent)
-_DELTA = msgspec.json.Decoder(_DeltaEvent)
-_REFUSAL_DONE = msgspec.json.Decoder(_RefusalDoneEvent)
-_ERROR = msgspec.json.Decoder(_ErrorEvent)
-_TYPE = msgspec.json.Decoder(_TypeView)
-_JSON = msgspec.json.Decoder()
-_QUOTE, _NULL = ord('"'), b"null"
-
-
-def _usage(view: _UsageView) -> Usage:
-    inp = view.input_tokens_details
-    out = view.output_tokens_details
-    return Usage(
-        input_tokens=view.input_tokens,
-        output_tokens=view.output_tokens,
-        reasoning_tokens=None if out is None else out.reasoning_tokens,
-        cached_input_tokens=None if inp is None else inp.cached_tokens,
-    )
+# The identity of a function call at output_item.added, checked again at its done item.
+_IDENTITY = ("call_id", "name", "id")
 
 
 class OpenAIResponsesStream:
@@ -221,6 +113,9 @@ class OpenAIResponsesStream:
 
     __slots__ = (
         "_by_item",
+        "_calls",
+        "_done_text",
+        "_item_at",
         "_items",
         "_limits",
         "_meta_sent",
@@ -228,12 +123,19 @@ class OpenAIResponsesStream:
         "_refused",
         "_started",
         "_terminal",
+        "_texted",
+        "_unkeyed_text",
     )
 
     def __init__(self, limits: Limits) -> None:
         self._limits = limits
-        # Function-call item id -> output_index, for deltas that carry only item_id.
+        # Function-call item id -> output_index, for deltas that carry only item_id and
+        # to check those that carry both.
         self._by_item: dict[str, int] = {}
+        # output_index -> (call_id, name, item id) of each call at output_item.added.
+        self._calls: dict[int, tuple[str | None, str, str | None]] = {}
+        # output_index -> item id (or None) of each call: the delta fast path's check.
+        self._item_at: dict[int, str | None] = {}
         self._started = 0
         self._items = 0
         self._meta_sent = False
@@ -242,38 +144,50 @@ class OpenAIResponsesStream:
         # reached the turn as RefusalDelta: a refusal is never read as final_text.
         self._refused = False
         self._refusal_text = False
+        # (output_index, content_index) of each output_text part whose text reached the
+        # turn (by deltas or once from a done text); those of them that took the done
+        # text; whether a text delta named no part (then no done text is taken).
+        self._texted: set[tuple[int, int]] = set()
+        self._done_text: set[tuple[int, int]] = set()
+        self._unkeyed_text = False
 
     def decode_batch(self, events: list[SSEEvent], out: list[BatchEvent]) -> None:
         """Translate a chunk's events in order; consecutive argument deltas become one
         ``ArgumentsRun``. Events before an error are in ``out`` when it is raised."""
-        decode = _INDEXED_DELTA.decode
+        decode, delta_name = wire.ARGS_DELTA.decode, wire.ARGS_DELTA_NAME
+        item_at = self._item_at  # output_index -> item id of its call
         indexes: list[int] = []
         pieces: list[str] = []
+        add_index, add_piece = indexes.append, pieces.append
+        terminal = self._terminal  # changes only in ``_event``
         try:
             for event in events:
-                if event.event == _ARGS_DELTA_NAME and not self._terminal:
+                if event.event == delta_name and not terminal:
                     # Nearly every event: ``_on_arguments_delta`` inlined. After the
                     # terminal event the handler decides.
                     try:
                         ev = decode(event.data)
-                        if not ev.delta:
-                            continue
-                        index = ev.output_index
-                        if index is None:
-                            # The lean view skipped item_id unread (and unvalidated):
-                            # this second decode may reject what the first let pass.
-                            index = self._index(None, _ARGS_DELTA.decode(event.data).item_id)
                     except msgspec.DecodeError as exc:
                         raise StreamProtocolError(
-                            f"openai_responses: undecodable {_ARGS_DELTA_NAME} event: {exc}"
+                            f"openai_responses: undecodable {delta_name} event: {exc}"
                         ) from None
-                    indexes.append(index)
-                    pieces.append(ev.delta)
+                    delta = ev.delta
+                    if delta:
+                        index = ev.output_index
+                        try:
+                            if index is None or item_at[index] != ev.item_id:
+                                index = self._index(index, ev.item_id)
+                        except KeyError:  # no call at that output_index
+                            index = self._index(index, ev.item_id)
+                        add_index(index)
+                        add_piece(delta)
                     continue
                 if pieces:
                     append_fragments(out, indexes, pieces)
                     indexes, pieces = [], []
+                    add_index, add_piece = indexes.append, pieces.append
                 out += self._event(event)
+                terminal = self._terminal
         except RecursionError:
             # msgspec's own guard against nesting (even in a field no view reads).
             raise StreamProtocolError(
@@ -296,7 +210,7 @@ class OpenAIResponsesStream:
                 return []  # an event type this adapter does not read
             # No `event:` line: fall back to the JSON "type" (one extra, small decode).
             try:
-                name = _TYPE.decode(event.data).type
+                name = wire.TYPE.decode(event.data).type
             except msgspec.DecodeError as exc:
                 raise StreamProtocolError(f"openai_responses: undecodable event: {exc}") from None
             handler = _HANDLERS.get(name)
@@ -323,14 +237,14 @@ class OpenAIResponsesStream:
     def _on_lifecycle(self, data: SSEData) -> list[EngineEvent]:
         if self._meta_sent:
             return []
-        response = _LIFECYCLE.decode(data).response
+        response = wire.LIFECYCLE.decode(data).response
         if response is None:
             return []
         self._meta_sent = True
         return [ResponseMeta(response.id, response.model)]
 
     def _on_item_added(self, data: SSEData) -> list[EngineEvent]:
-        ev = _ITEM_ADDED.decode(data)
+        ev = wire.ITEM_ADDED.decode(data)
         item = ev.item
         if item.type != "function_call":
             return []  # other items matter only at output_item.done (verbatim, final)
@@ -341,39 +255,58 @@ class OpenAIResponsesStream:
         self._started += 1
         if self._started > self._limits.max_calls_per_response:
             raise LimitExceeded("max_calls_per_response", self._limits.max_calls_per_response)
+        if ev.output_index in self._calls:
+            raise StreamProtocolError(
+                f"openai_responses: two function_call items at output_index {ev.output_index}"
+            )
         if item.id is not None:
+            if item.id in self._by_item:
+                # An item_id would name two calls: no event could be attributed by it.
+                raise StreamProtocolError(
+                    f"openai_responses: two function_call items with the id {item.id!r}"
+                )
             self._by_item[item.id] = ev.output_index
+        self._item_at[ev.output_index] = item.id
+        self._calls[ev.output_index] = (item.call_id, item.name, item.id)
         return [CallStarted(ev.output_index, item.name, item.call_id, item.id)]
 
     def _index(self, output_index: int | None, item_id: str | None) -> int:
-        if output_index is not None:
-            return output_index
+        """The call an argument event names. With both output_index and item_id, they
+        must name the same call output_item.added announced: a fragment attributed by
+        one to another call than the other says is never guessed at."""
         if item_id is not None:
             index = self._by_item.get(item_id)
+            if output_index is not None and output_index != index:
+                raise StreamProtocolError(
+                    f"openai_responses: argument event names item_id {item_id!r} and "
+                    f"output_index {output_index}, which output_item.added did not pair"
+                )
             if index is not None:
                 return index
+        elif output_index is not None:
+            return output_index
         raise StreamProtocolError(
             "openai_responses: argument event names no known output_index or item_id"
         )
 
     def _on_arguments_delta(self, data: SSEData) -> list[EngineEvent]:
-        ev = _ARGS_DELTA.decode(data)
+        ev = wire.ARGS_DELTA.decode(data)
         if not ev.delta:
             return []
         return [ArgumentsDelta(self._index(ev.output_index, ev.item_id), ev.delta)]
 
     def _on_arguments_done(self, data: SSEData) -> list[EngineEvent]:
-        ev = _ARGS_DONE.decode(data)
+        ev = wire.ARGS_DONE.decode(data)
         index = self._index(ev.output_index, ev.item_id)
-        return [CallDone(index, literal=_string_literal(ev.arguments, index))]
+        return [CallDone(index, literal=wire.string_literal(ev.arguments, index))]
 
     def _on_item_done(self, data: SSEData) -> list[EngineEvent]:
-        ev = _ITEM_DONE.decode(data)
+        ev = wire.ITEM_DONE.decode(data)
         members = ev.item
         order = list(members)
         index = ev.output_index
         arguments = members.pop("arguments", None)
-        item = {key: _JSON.decode(value) for key, value in members.items()}
+        item = {key: wire.JSON.decode(value) for key, value in members.items()}
         kind = item.get("type")
         if not isinstance(kind, str):
             raise StreamProtocolError("openai_responses: output item without a string type")
@@ -381,10 +314,11 @@ class OpenAIResponsesStream:
         if self._items > self._limits.max_continuation_items:
             raise LimitExceeded("max_continuation_items", self._limits.max_continuation_items)
         if kind == "function_call":
+            self._same_call(index, item)
             status = item.get("status")
             # An "incomplete" call (cut by max_output_tokens) gets no done signal.
             if status is None or status == "completed":
-                literal = _string_literal(arguments, index)
+                literal = wire.string_literal(arguments, index)
                 if literal is None:
                     if arguments is not None:
                         item["arguments"] = None
@@ -394,22 +328,76 @@ class OpenAIResponsesStream:
                 # which the echo puts back (one copy of a long text, not two).
                 return [CallDone(index, literal=literal), ContinuationItem(kind, index, item)]
         if arguments is not None:
-            item["arguments"] = _JSON.decode(arguments)
+            item["arguments"] = wire.JSON.decode(arguments)
             item = {key: item[key] for key in order}  # the members in their wire order
         out: list[EngineEvent] = []
         if kind == "message" and isinstance(item.get("content"), list):
-            for part in item["content"]:
-                if isinstance(part, dict) and part.get("type") == "refusal":
+            for position, part in enumerate(item["content"]):
+                if not isinstance(part, dict):
+                    continue
+                if part.get("type") == "refusal":
                     out += self._refusal(part.get("refusal"))
+                elif part.get("type") == "output_text":
+                    out += self._done_part_text(index, position, part.get("text"))
         out.append(ContinuationItem(kind, index, item))
         return out
 
+    def _same_call(self, index: int, item: dict[str, Any]) -> None:
+        """A function_call done item is the call its output_item.added announced: the
+        echo replays the done item, so a changed call_id, name or id would send the next
+        request a call that was never proposed."""
+        known = self._calls.get(index)
+        if known is None:
+            raise StreamProtocolError(
+                f"openai_responses: function_call done at output_index {index}, "
+                "where no function_call was added"
+            )
+        for key, value in zip(_IDENTITY, known, strict=True):
+            if key in item and item[key] != value:
+                raise StreamProtocolError(
+                    f"openai_responses: function_call at output_index {index} changed "
+                    f"its {key} at output_item.done"
+                )
+
     def _on_text_delta(self, data: SSEData) -> list[EngineEvent]:
-        delta = _DELTA.decode(data).delta
-        return [TextDelta(delta)] if delta else []
+        ev = wire.TEXT_DELTA.decode(data)
+        if not ev.delta:
+            return []
+        # A delta after its part took a done text (for one naming no part: after any
+        # did) could double that text.
+        output_index, content_index = ev.output_index, ev.content_index
+        if output_index is None or content_index is None:
+            if self._done_text:
+                raise StreamProtocolError("openai_responses: text delta after a done text")
+            self._unkeyed_text = True
+        else:
+            part = output_index, content_index
+            if part in self._done_text:
+                raise StreamProtocolError("openai_responses: text delta after its done text")
+            self._texted.add(part)
+        return [TextDelta(ev.delta)]
+
+    def _on_text_done(self, data: SSEData) -> list[EngineEvent]:
+        ev = wire.TEXT_DONE.decode(data)
+        if ev.output_index is None or ev.content_index is None:
+            return []  # names no part: the item's done content may still give it
+        return self._done_part_text(ev.output_index, ev.content_index, ev.text)
+
+    def _done_part_text(
+        self, output_index: int, content_index: int, text: object
+    ) -> list[EngineEvent]:
+        """The whole text of an output_text part (output_text.done, or the part in the
+        message's done item): it counts once, and only when no delta carried the part's
+        text. As for a refusal, a done text that differs from the deltas is not read."""
+        part = output_index, content_index
+        if self._unkeyed_text or part in self._texted or not isinstance(text, str) or not text:
+            return []
+        self._texted.add(part)
+        self._done_text.add(part)
+        return [TextDelta(text)]
 
     def _on_refusal_delta(self, data: SSEData) -> list[EngineEvent]:
-        delta = _DELTA.decode(data).delta
+        delta = wire.DELTA.decode(data).delta
         self._refused = True
         if not delta:
             return []
@@ -418,7 +406,7 @@ class OpenAIResponsesStream:
 
     def _on_refusal_done(self, data: SSEData) -> list[EngineEvent]:
         # The whole refusal text: it counts only when no delta carried it.
-        return self._refusal(_REFUSAL_DONE.decode(data).refusal)
+        return self._refusal(wire.REFUSAL_DONE.decode(data).refusal)
 
     def _refusal(self, text: object) -> list[EngineEvent]:
         self._refused = True
@@ -427,17 +415,17 @@ class OpenAIResponsesStream:
         self._refusal_text = True
         return [RefusalDelta(text)]
 
-    def _terminal_response(self, data: SSEData) -> tuple[_ResponseView, list[EngineEvent]]:
+    def _terminal_response(self, data: SSEData) -> tuple[wire.ResponseView, list[EngineEvent]]:
         if self._terminal:
             raise StreamProtocolError("openai_responses: a second terminal event")
         self._terminal = True
-        response = _LIFECYCLE.decode(data).response or _ResponseView()
+        response = wire.LIFECYCLE.decode(data).response or wire.ResponseView()
         out: list[EngineEvent] = []
         if not self._meta_sent and (response.id is not None or response.model is not None):
             self._meta_sent = True
             out.append(ResponseMeta(response.id, response.model))
         if response.usage is not None:
-            out.append(UsageReport(_usage(response.usage)))
+            out.append(UsageReport(wire.usage(response.usage)))
         return response, out
 
     def _on_completed(self, data: SSEData) -> list[EngineEvent]:
@@ -465,26 +453,11 @@ class OpenAIResponsesStream:
         return out
 
     def _on_error(self, data: SSEData) -> list[EngineEvent]:
-        ev = _ERROR.decode(data)
+        ev = wire.ERROR.decode(data)
         nested = ev.error
         if nested is not None:
             return [ProviderError(error_info(nested))]
         return [ProviderError(error_info(ErrorView(code=ev.code, message=ev.message)))]
-
-
-def _string_literal(value: msgspec.Raw | None, index: int) -> msgspec.Raw | None:
-    """A function call's raw ``arguments`` member: the literal when it is a string, None
-    when it is absent or null; anything else is a protocol error."""
-    if value is None or not value:
-        return None
-    view = memoryview(value)
-    if view[0] == _QUOTE:
-        return value
-    if view == _NULL:
-        return None
-    raise StreamProtocolError(
-        f"openai_responses: function_call at output_index {index} has non-string arguments"
-    )
 
 
 _Handler = Callable[[OpenAIResponsesStream, SSEData], list[EngineEvent]]
@@ -500,6 +473,7 @@ _HANDLERS: dict[str, _Handler] = {
     "response.function_call_arguments.done": OpenAIResponsesStream._on_arguments_done,
     "response.output_item.done": OpenAIResponsesStream._on_item_done,
     "response.output_text.delta": OpenAIResponsesStream._on_text_delta,
+    "response.output_text.done": OpenAIResponsesStream._on_text_done,
     "response.refusal.delta": OpenAIResponsesStream._on_refusal_delta,
     "response.refusal.done": OpenAIResponsesStream._on_refusal_done,
     "response.completed": OpenAIResponsesStream._on_completed,
