@@ -1,6 +1,8 @@
 """Gemini ``generateContent`` wire views: the fields of a streamed chunk the adapter reads,
 decoded by msgspec (gc=False: decoded JSON has no cycles), and the test that picks out a
-chunk doing nothing but continue a Vertex streamed call (read through the lean views).
+chunk doing nothing but continue a Vertex streamed call. Every chunk, that one too, is
+decoded through the one ``DECODER`` view: a value of the wrong type fails the chunk
+whichever path then handles it (a leaner view would skip fields this one types).
 
 Owns no state and emits no engine event; ``gemini.py`` translates what these views hold.
 """
@@ -17,12 +19,10 @@ __all__ = [
     "DECODER",
     "ERROR_DECODER",
     "JSON_DECODER",
-    "LEAN_DECODER",
     "NO_USAGE",
     "Chunk",
     "Error",
     "FunctionCall",
-    "LeanChunk",
     "Part",
     "continuation",
     "other_part",
@@ -94,44 +94,20 @@ class _ErrorBody(msgspec.Struct, gc=False):
     error: Error | None = None
 
 
-class _LeanPart(msgspec.Struct, rename="camel", gc=False):
-    # Beside a functionCall, the other part fields are not read (see ``_part``).
-    function_call: FunctionCall | None = None
-    thought_signature: str | None = None
-
-
-class _LeanContent(msgspec.Struct, gc=False):
-    parts: list[_LeanPart] | None = None
-
-
-class _LeanCandidate(msgspec.Struct, rename="camel", gc=False):
-    content: _LeanContent | None = None
-    finish_reason: str | None = None
-    index: int = 0
-
-
-class LeanChunk(msgspec.Struct, rename="camel", gc=False):
-    """A chunk read for what decides whether it only continues a Vertex streamed call
-    (``continuation``); any other chunk is decoded again, whole."""
-
-    candidates: list[_LeanCandidate] | None = None
-    usage_metadata: _UsageMeta | None = None
-    error: msgspec.Raw = msgspec.Raw()  # present or not, that is all that is read
-
-
 DECODER: Final = msgspec.json.Decoder(Chunk)
-LEAN_DECODER: Final = msgspec.json.Decoder(LeanChunk)
 # The unframed body is an object, or (the non-SSE array format) a list of them.
 ERROR_DECODER: Final = msgspec.json.Decoder(_ErrorBody | list[_ErrorBody])
 JSON_DECODER: Final = msgspec.json.Decoder()
 
 
-def continuation(chunk: LeanChunk, usage: tuple[int | None, ...]) -> FunctionCall | None:
+def continuation(chunk: Chunk, usage: tuple[int | None, ...]) -> FunctionCall | None:
     """The functionCall of a chunk that does nothing but continue a streamed call: no
-    error, one candidate part, a nameless functionCall that continues, no args, no
-    signature, no finish reason, no usage change (``usage`` is the last reported)."""
+    error, no prompt feedback, one candidate part, a nameless functionCall that continues,
+    no args, no signature, no finish reason, no usage change (``usage`` is the last
+    reported). The caller checks what depends on its state (ids known, no text or
+    thought open)."""
     candidates = chunk.candidates
-    if not candidates or chunk.error:
+    if not candidates or chunk.error is not None or chunk.prompt_feedback is not None:
         return None
     cand = candidates[0]
     content = cand.content
@@ -151,14 +127,20 @@ def continuation(chunk: LeanChunk, usage: tuple[int | None, ...]) -> FunctionCal
     ):
         return None
     meta = chunk.usage_metadata
-    if meta is not None:
+    if meta is not None and (
+        # Vertex continuation chunks carry no counts (only ``trafficType``).
+        meta.prompt_token_count is not None
+        or meta.candidates_token_count is not None
+        or meta.thoughts_token_count is not None
+        or meta.cached_content_token_count is not None
+    ):
         counts = (
             meta.prompt_token_count,
             meta.candidates_token_count,
             meta.thoughts_token_count,
             meta.cached_content_token_count,
         )
-        if counts not in (usage, NO_USAGE):
+        if counts != usage:
             return None
     return fc
 

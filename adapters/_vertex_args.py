@@ -6,8 +6,13 @@ Vertex (not the Gemini API) can stream a call's arguments as ``{"jsonPath": "$.l
 per path (strings concatenate while ``willContinue``; numbers, booleans and nulls arrive
 whole) and rebuilding the object from the paths ``$.a``, ``$.a.b`` and ``$.a[0]``. It must
 never guess: any other path syntax, a path repeated after it ended, a conflicting or
-out-of-order array index is a ``StreamProtocolError``. Every byte it holds counts against
-``max_call_argument_bytes``; path depth against ``max_json_depth``.
+out-of-order array index, a piece with no value or with more than one, a number, boolean
+or null that says it continues, and a string still continuing when the call ends are a
+``StreamProtocolError``. The bytes of the paths and strings count against
+``max_call_argument_bytes``; what holding them costs beside (``_PATH_COST`` a path,
+``_PIECE_COST`` a string piece not yet joined) is charged to a budget of the same size
+(at least ``_BOOKKEEPING_FLOOR``), so that many tiny paths or pieces cannot hold many
+times the cap; path depth counts against ``max_json_depth``.
 """
 
 from __future__ import annotations
@@ -53,6 +58,19 @@ _COMPACT = 512
 # A long string leaf is escaped and encoded this many characters at a time.
 _GROUP = 1 << 16
 
+# Memory held beside the argument bytes (CPython 3.11, 64-bit, measured with
+# tracemalloc), charged to the bookkeeping budget: a path holds its dict slot, the path
+# string's header, its ``_Leaf`` and value (a piece list, a number), and at build its
+# node of the object tree (its key, its dict slot), about 250 bytes in all; a string
+# piece not yet joined holds a string header and a list slot, about 64 bytes. A joined
+# group of pieces keeps one piece's charge.
+_PATH_COST = 256
+_PIECE_COST = 64
+# The bookkeeping budget is ``max_call_argument_bytes``, but no less than this, so that
+# a tiny cap (a test's) still admits a call of a few hundred paths.
+_BOOKKEEPING_FLOOR = 1 << 16
+_UNSET: Final = msgspec.UNSET
+
 
 class _Leaf:
     """One path's value; a string grows from ``pieces`` while ``open``. ``fresh``
@@ -70,86 +88,132 @@ class _Leaf:
 class StreamedArguments:
     """The arguments of one streamed call (the call at ``index``) while they arrive."""
 
-    __slots__ = ("_leaves", "_limits", "_nbytes", "index")
+    __slots__ = ("_budget", "_held", "_leaves", "_limits", "_nbytes", "index")
 
     def __init__(self, index: int, limits: Limits) -> None:
         self.index = index
         self._limits = limits
         self._leaves: dict[str, _Leaf] = {}
-        self._nbytes = 0
+        self._nbytes = 0  # UTF-8 bytes of each path once and of every string piece
+        self._held = 0  # bookkeeping charged (see the module docstring)
+        self._budget = max(limits.max_call_argument_bytes, _BOOKKEEPING_FLOOR)
 
     def add(self, pieces: list[PartialArg]) -> None:
-        limit = self._limits.max_call_argument_bytes
+        limit, budget = self._limits.max_call_argument_bytes, self._budget
         leaves = self._leaves
+        nbytes, held = self._nbytes, self._held
         for piece in pieces:
             path = piece.json_path
             string = piece.string_value
-            leaf = leaves.get(path)
-            # What is held: each path once, plus every string piece.
-            self._nbytes += (0 if leaf is not None else len(path)) + (
-                utf8_len(string) if string else 0
-            )
-            if self._nbytes > limit:
-                raise LimitExceeded("max_call_argument_bytes", limit, "vertex streamed arguments")
-            if leaf is not None:
-                held = leaf.pieces
-                if string is None or held is None or not leaf.open:
+            if string is None:
+                value = _scalar(piece, path)
+                if path in leaves:
                     raise StreamProtocolError(f"vertex: jsonPath {path!r} repeated after it ended")
-                held.append(string)
-                leaf.open = piece.will_continue
-                leaf.fresh += 1
-                if leaf.fresh >= _COMPACT:
-                    held[-_COMPACT:] = ["".join(held[-_COMPACT:])]
-                    leaf.fresh = 0
-            elif string is not None:
-                leaves[path] = _Leaf(None, [string], piece.will_continue)
-            elif piece.number_value is not None:
-                leaves[path] = _Leaf(piece.number_value, None, False)
-            elif piece.bool_value is not None:
-                leaves[path] = _Leaf(piece.bool_value, None, False)
-            elif piece.null_value is not msgspec.UNSET:
-                leaves[path] = _Leaf(None, None, False)
+                nbytes += utf8_len(path)
+                held += _PATH_COST
+                leaves[path] = _Leaf(value, None, False)
+            elif (
+                piece.number_value is not None
+                or piece.bool_value is not None
+                or piece.null_value is not _UNSET
+            ):
+                raise StreamProtocolError(f"vertex: partialArg {path!r} carries several values")
             else:
-                raise StreamProtocolError(f"vertex: partialArg {path!r} carries no value")
+                held += _PIECE_COST
+                leaf = leaves.get(path)
+                if leaf is None:
+                    nbytes += utf8_len(path) + utf8_len(string)
+                    held += _PATH_COST
+                    leaves[path] = _Leaf(None, [string], piece.will_continue)
+                else:
+                    text = leaf.pieces
+                    if text is None or not leaf.open:
+                        raise StreamProtocolError(
+                            f"vertex: jsonPath {path!r} repeated after it ended"
+                        )
+                    # utf8_len(string), inlined: this runs once per piece.
+                    nbytes += len(string) if string.isascii() else len(string.encode())
+                    text.append(string)
+                    leaf.open = piece.will_continue
+                    leaf.fresh += 1
+                    if leaf.fresh >= _COMPACT:
+                        text[-_COMPACT:] = ["".join(text[-_COMPACT:])]
+                        leaf.fresh = 0
+                        held -= (_COMPACT - 1) * _PIECE_COST
+            if nbytes > limit:
+                raise LimitExceeded("max_call_argument_bytes", limit, "vertex streamed arguments")
+            if held > budget:
+                raise LimitExceeded(
+                    "max_call_argument_bytes",
+                    limit,
+                    f"vertex streamed arguments: the bookkeeping of {len(leaves)} paths",
+                )
+        self._nbytes, self._held = nbytes, held
 
     def build(self) -> bytes | None:
         """The JSON object text (UTF-8) of everything received, or None when no piece
-        came (a call without arguments)."""
-        if not self._leaves:
+        came (a call without arguments). A string still continuing is not a value."""
+        leaves = self._leaves
+        if not leaves:
             return None
+        self._leaves = {}
+        for path, leaf in leaves.items():
+            if leaf.open:
+                raise StreamProtocolError(
+                    f"vertex: jsonPath {path!r} still continues (willContinue) at the call's end"
+                )
         if self._nbytes <= _FLAT and self._limits.max_json_depth >= 1:
-            flat = self._flat()
+            flat = _flat(leaves)
             if flat is not None:
                 return flat
         root: dict[str, Any] = {}
         max_depth = self._limits.max_json_depth
-        for path, leaf in self._leaves.items():
+        for path, leaf in leaves.items():
             segments = _parse_path(path)
             if len(segments) > max_depth:
                 raise LimitExceeded("max_json_depth", max_depth, f"vertex jsonPath {path!r}")
-            value = _Text(leaf.pieces) if leaf.pieces is not None else leaf.value
-            leaf.pieces = None
-            _assign(root, segments, value, path)
-        self._leaves = {}
-        out: list[bytes | memoryview] = []
-        _write(root, out)
-        return b"".join(out)
-
-    def _flat(self) -> bytes | None:
-        """A small object of top-level members only (every path ``$.name``, the usual
-        shape) in one encode, or None for any other shape. The same bytes as the general
-        build: msgspec escapes every code point exactly as the stdlib escaper does, and
-        members keep their arrival order; distinct paths of this form are distinct keys."""
-        flat: dict[str, Any] = {}
-        match = _MEMBER.fullmatch
-        for path, leaf in self._leaves.items():
-            member = match(path)
-            if member is None:
-                return None
             pieces = leaf.pieces
-            flat[member.group(1)] = "".join(pieces) if pieces is not None else leaf.value
-        self._leaves = {}
-        return msgspec.json.encode(flat)
+            if pieces is None:
+                value = leaf.value
+            else:  # one piece is written as it is; more, a group at a time
+                value = pieces[0] if len(pieces) == 1 else _Text(pieces)
+                leaf.pieces = None
+            _assign(root, segments, value, path)
+        leaves.clear()  # released before the text is written
+        out = bytearray()
+        _write(root, out)
+        return bytes(out)
+
+
+def _scalar(piece: PartialArg, path: str) -> Any:
+    """The value of a piece without a string: exactly one number, boolean or null, and
+    whole (a piece that continues is a string's)."""
+    number, flag = piece.number_value, piece.bool_value
+    kinds = (number is not None) + (flag is not None) + (piece.null_value is not _UNSET)
+    if kinds != 1:
+        what = "no value" if not kinds else "several values"
+        raise StreamProtocolError(f"vertex: partialArg {path!r} carries {what}")
+    if piece.will_continue:
+        raise StreamProtocolError(
+            f"vertex: partialArg {path!r} continues a value that is not a string"
+        )
+    return number if number is not None else flag
+
+
+def _flat(leaves: dict[str, _Leaf]) -> bytes | None:
+    """A small object of top-level members only (every path ``$.name``, the usual shape)
+    in one encode, or None for any other shape. The same bytes as the general build:
+    msgspec escapes every code point exactly as the stdlib escaper does, and members keep
+    their arrival order; distinct paths of this form are distinct keys."""
+    flat: dict[str, Any] = {}
+    match = _MEMBER.fullmatch
+    for path, leaf in leaves.items():
+        member = match(path)
+        if member is None:
+            return None
+        pieces = leaf.pieces
+        flat[member.group(1)] = "".join(pieces) if pieces is not None else leaf.value
+    return msgspec.json.encode(flat)
 
 
 class _Text:
@@ -161,51 +225,53 @@ class _Text:
         self.pieces = pieces
 
 
-def _write(value: Any, out: list[bytes | memoryview]) -> None:
+def _write(value: Any, out: bytearray) -> None:
     """Append the JSON text of ``value`` to ``out``: strings escaped by the stdlib's C
     escaper (the same output as msgspec's for every code point), other scalars by
     msgspec. A long streamed string is written in groups of about ``_GROUP`` characters,
     each group's pieces released as it is written, so it is held about once as text and
-    once as bytes, never as one joined copy of either."""
+    once as bytes, never as one joined copy of either; a node is released once written."""
     if type(value) is _Text:
-        # From the end, a group at a time, then put back in order: one escape per group,
-        # not per 8-byte piece (the quotes the escaper adds are sliced off, not copied).
+        # A group at a time from the front (the list reversed, so that a group comes off
+        # its end): one escape per group, not per 8-byte piece (the quotes the escaper
+        # adds are sliced off, not copied).
         pieces = value.pieces
-        groups: list[memoryview] = []
+        pieces.reverse()
+        out += b'"'
         while pieces:
             take = size = 0
             while take < len(pieces) and size < _GROUP:
                 take += 1
                 size += len(pieces[-take])
-            text = "".join(pieces[-take:])
+            group = pieces[-take:]
             del pieces[-take:]
-            groups.append(memoryview(_escape(text).encode())[1:-1])
+            group.reverse()
+            text = "".join(group)
+            del group
+            out += memoryview(_escape(text).encode())[1:-1]
             del text
-        groups.reverse()
-        out.append(b'"')
-        out += groups
-        out.append(b'"')
+        out += b'"'
     elif type(value) is str:
-        out.append(_escape(value).encode())
+        out += _escape(value).encode()
     elif type(value) is dict:
-        out.append(b"{")
+        out += b"{"
         for i, key in enumerate(list(value)):
             if i:
-                out.append(b",")
-            out.append(_escape(key).encode())
-            out.append(b":")
+                out += b","
+            out += _escape(key).encode()
+            out += b":"
             _write(value.pop(key), out)
-        out.append(b"}")
+        out += b"}"
     elif type(value) is list:
-        out.append(b"[")
+        out += b"["
         for i, item in enumerate(value):
             if i:
-                out.append(b",")
+                out += b","
             _write(item, out)
         value.clear()
-        out.append(b"]")
+        out += b"]"
     else:
-        out.append(msgspec.json.encode(value))
+        out += msgspec.json.encode(value)
 
 
 def _parse_path(path: str) -> list[str | int]:

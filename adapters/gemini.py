@@ -60,7 +60,6 @@ from ._gemini_wire import (
     DECODER,
     ERROR_DECODER,
     JSON_DECODER,
-    LEAN_DECODER,
     NO_USAGE,
     Chunk,
     Error,
@@ -170,29 +169,33 @@ class GeminiStream:
     def decode_batch(self, events: list[SSEEvent], out: list[BatchEvent]) -> None:
         """Translate a chunk's events in order. A Vertex chunk that only continues the
         streamed call's arguments (nearly every chunk of a long call) is applied right
-        here; every other chunk goes through ``_chunk``, whole or not at all."""
-        decode, lean = DECODER.decode, LEAN_DECODER.decode
+        here, when ``_chunk`` would do nothing else for it (the ids known, no text run
+        or thought open); every other chunk goes through ``_chunk``, whole or not at all.
+        Both decode the chunk through the same view."""
+        decode = DECODER.decode
         try:
             for event in events:
                 if event.unframed:
                     out += self._unframed(event.data)
                     continue
+                try:
+                    chunk = decode(event.data)
+                except msgspec.DecodeError as exc:
+                    raise StreamProtocolError(f"gemini: undecodable chunk: {exc}") from None
                 vertex = self._vertex
-                if vertex is not None and self._thought_pos < 0 and self._id_known:
-                    try:
-                        fc = continuation(lean(event.data), self._usage)
-                    except msgspec.DecodeError:
-                        fc = None  # the whole decode below names the problem
+                if (
+                    vertex is not None
+                    and self._id_known
+                    and self._thought_pos < 0
+                    and self._run_start < 0
+                ):
+                    fc = continuation(chunk, self._usage)
                     if fc is not None:
                         # What ``_part`` and ``_function_call`` do for this part.
                         self._part_pos += 1
                         if fc.partial_args:
                             vertex.add(fc.partial_args)
                         continue
-                try:
-                    chunk = decode(event.data)
-                except msgspec.DecodeError as exc:
-                    raise StreamProtocolError(f"gemini: undecodable chunk: {exc}") from None
                 out += self._chunk(chunk)
         except RecursionError:
             # msgspec's own guard against nesting (even in a field no view reads).
@@ -202,14 +205,15 @@ class GeminiStream:
         if chunk.error is not None:
             return [_provider_error(chunk.error)]
         out: list[EngineEvent] = []
-        if not self._meta_sent and (chunk.response_id or chunk.model_version):
+        rid = chunk.response_id or None  # an empty id is no id: a later one still counts
+        if not self._meta_sent and (rid or chunk.model_version):
             self._meta_sent = True
-            self._id_known = chunk.response_id is not None
-            out.append(ResponseMeta(chunk.response_id, chunk.model_version))
-        elif not self._id_known and chunk.response_id:
+            self._id_known = rid is not None
+            out.append(ResponseMeta(rid, chunk.model_version or None))
+        elif not self._id_known and rid:
             # The id came after the model version: derived call ids must use it.
             self._id_known = True
-            out.append(ResponseMeta(chunk.response_id, None))
+            out.append(ResponseMeta(rid, None))
         candidates = chunk.candidates
         cand = candidates[0] if candidates else None
         if cand is not None and cand.index != 0:
@@ -224,8 +228,10 @@ class GeminiStream:
                 # Remembered, not emitted: an unframed error body may still follow. The
                 # first one counts: a later STOP cannot undo MAX_TOKENS or SAFETY.
                 self._finish = cand.finish_reason
-        elif chunk.prompt_feedback is not None and chunk.prompt_feedback.block_reason:
-            self._blocked = chunk.prompt_feedback.block_reason
+        feedback = chunk.prompt_feedback
+        if feedback is not None and feedback.block_reason and self._blocked is None:
+            # A blocked prompt: the turn is a refusal whatever candidates say (end()).
+            self._blocked = feedback.block_reason
         meta = chunk.usage_metadata
         if meta is not None:
             counts = (
@@ -258,10 +264,10 @@ class GeminiStream:
             self._item(out, "part_order", 0, {"parts": self._order})
         if self._junk and b"".join(self._junk).strip():
             raise StreamProtocolError("gemini: unframed text that is not a JSON error body")
-        if self._finish is not None:
-            out.append(Completion(FINISH_REASONS.get(self._finish, _F), self._finish))
-        elif self._blocked is not None:
+        if self._blocked is not None:
             out.append(Completion(_R, self._blocked))
+        elif self._finish is not None:
+            out.append(Completion(FINISH_REASONS.get(self._finish, _F), self._finish))
         return out
 
     # --- parts -----------------------------------------------------------------------
