@@ -2,8 +2,9 @@
 
 Owns the rebuilding of the parts from a ``TurnOutcome``: thought parts (with their
 signatures), text parts, ``functionCall`` parts with their own ``thoughtSignature``, and
-their order. The decode side (``gemini.GeminiStream``) records a ``part_order`` item only
-when the parts came in another order than thoughts, one text part, calls; the echo then
+their order. The decode side (``gemini.GeminiStream``) records a ``gemini_part_order``
+provider detail only when the parts came in another order than thoughts, one text part,
+calls; the echo then
 repeats it (text between calls, each text part's own signature). An order that does not
 account for exactly the outcome's thoughts, calls and text falls back to the usual order.
 """
@@ -88,8 +89,9 @@ def echo_parts(outcome: TurnOutcome) -> list[JSON]:
             call_sigs[item.index] = item.item.get("thoughtSignature")
         elif item.kind == "text_signature":
             text_sig = item.item.get("thoughtSignature")
-        elif item.kind == "part_order":
-            order = item.item.get("parts")
+    for detail in outcome.provider_details:
+        if detail.kind == "gemini_part_order":
+            order = detail.data.get("parts")
     calls: dict[int, JSON] = {}
     for call in sorted(outcome.calls, key=lambda c: c.index):
         fc: JSON = {

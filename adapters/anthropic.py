@@ -83,28 +83,14 @@ class _Usage(msgspec.Struct, gc=False):
     cache_read_input_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
 
-    def counts(self) -> tuple[int | None, int | None, int | None, int | None]:
-        return (
-            self.input_tokens,
-            self.output_tokens,
-            self.cache_read_input_tokens,
-            self.cache_creation_input_tokens,
-        )
 
-
-_NO_COUNTS: Final[tuple[int | None, ...]] = (None, None, None, None)
-
-
-def _billed(counts: tuple[int | None, ...]) -> Usage:
-    """Usage from the merged counts (input, output, cache read, cache write). Anthropic's
-    input_tokens leaves out the prompt tokens read from and written to the cache; they
-    are billed (and resent) all the same."""
-    fresh, output, read, write = counts
-    return Usage(
-        input_tokens=token_sum(fresh, read, write),
-        output_tokens=output,
-        cached_input_tokens=read,
-    )
+# (input, output, cache read, cache write) before any usage arrived.
+_NO_COUNTS: Final[tuple[int | None, int | None, int | None, int | None]] = (
+    None,
+    None,
+    None,
+    None,
+)
 
 
 class _Message(msgspec.Struct, gc=False):
@@ -359,8 +345,7 @@ class AnthropicStream:
         if msg.usage is not None:
             # message_start's output_tokens is a placeholder the final message_delta
             # replaces; before that, no output count is reported.
-            fresh, _, read, write = msg.usage.counts()
-            self._report_usage((fresh, None, read, write), out)
+            self._report_usage(msg.usage, False, out)
 
     def _message_delta(self, ev: _MessageDelta, out: list[BatchEvent]) -> None:
         delta = ev.delta
@@ -372,14 +357,28 @@ class AnthropicStream:
             if delta.stop_details is not None:
                 out.append(ProviderDetail("stop_details", delta.stop_details))
         if ev.usage is not None:
-            self._report_usage(ev.usage.counts(), out)
+            self._report_usage(ev.usage, True, out)
 
-    def _report_usage(self, counts: tuple[int | None, ...], out: list[BatchEvent]) -> None:
-        merged = tuple(
-            new if new is not None else old for new, old in zip(counts, self._usage, strict=True)
+    def _report_usage(self, usage: _Usage, with_output: bool, out: list[BatchEvent]) -> None:
+        """Merge a usage object into the counts so far (a count it repeats wins, the others
+        stay) and report the billed total. Anthropic's input_tokens leaves out the prompt
+        tokens read from and written to the cache; they are billed (and resent) as well."""
+        fresh, output, read, write = self._usage
+        if usage.input_tokens is not None:
+            fresh = usage.input_tokens
+        if with_output and usage.output_tokens is not None:
+            output = usage.output_tokens
+        if usage.cache_read_input_tokens is not None:
+            read = usage.cache_read_input_tokens
+        if usage.cache_creation_input_tokens is not None:
+            write = usage.cache_creation_input_tokens
+        self._usage = (fresh, output, read, write)
+        billed = Usage(
+            input_tokens=token_sum(fresh, read, write),
+            output_tokens=output,
+            cached_input_tokens=read,
         )
-        self._usage = merged
-        out.append(UsageReport(_billed(merged)))
+        out.append(UsageReport(billed))
 
     # --- content blocks --------------------------------------------------------------
 

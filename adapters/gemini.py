@@ -17,10 +17,12 @@ Thought text and signatures are kept as ``ContinuationItem``s so the echo can pu
 signature back on the same kind of part: ``thought`` (merged consecutive thought text),
 ``thought_signature`` (index = the call's index) and ``text_signature``. When the parts came
 in any other order than thoughts, one text, calls (text between calls, or several signed
-text parts), one ``part_order`` item lists them as they came, so that the echo repeats that
-order and each text part's own signature: ``["thought", pos]``, ``["text", start, end]``
-(code-point offsets into the turn's text, plus the signature when the part had one),
-``["call", index]``.
+text parts), one ``ProviderDetail("gemini_part_order")`` lists them as they came, so that
+the echo repeats that order and each text part's own signature: ``["thought", pos]``,
+``["text", start, end]`` (code-point offsets into the turn's text, plus the signature when
+the part had one), ``["call", index]``. It is callgate's bookkeeping, not a provider item,
+so it is a detail: it never counts against ``max_continuation_items`` (a detail past that
+cap is dropped, and the echo then uses the usual order).
 """
 
 from __future__ import annotations
@@ -261,7 +263,7 @@ class GeminiStream:
         self._flush_thought(out)
         self._close_text()
         if not default_order(self._order):
-            self._item(out, "part_order", 0, {"parts": self._order})
+            out.append(ProviderDetail("gemini_part_order", {"parts": self._order}))
         if self._junk and b"".join(self._junk).strip():
             raise StreamProtocolError("gemini: unframed text that is not a JSON error body")
         if self._blocked is not None:

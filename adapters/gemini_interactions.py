@@ -338,7 +338,16 @@ class GeminiInteractionsStream:
             raise StreamProtocolError(f"interactions: function_call step {index} has no name")
         step.call_open = True
         out: list[EngineEvent] = [CallStarted(index, name, call_id=call_id)]
-        if wire.placeholder(args):
+        if wire.is_string(args):
+            # Argument text in a JSON string, as the legacy content.delta may carry it: an
+            # empty one is the placeholder; any other is the whole text, as below.
+            text = wire.string(args, f"function_call {index} arguments") or ""
+            if not text:
+                self._calls.add(index)
+            else:
+                step.whole = True
+                out.append(ArgumentsDelta(index, text))
+        elif wire.placeholder(args):
             self._calls.add(index)  # `arguments: {}` (documented): the deltas carry them
         else:
             # Real arguments in step.start (PROVIDERS.md defines none) are never dropped.

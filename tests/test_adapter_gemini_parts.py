@@ -212,14 +212,12 @@ def test_continuation_items_are_capped() -> None:
     assert info.value.limit == "max_continuation_items"
 
 
-def test_the_part_order_item_counts_against_the_cap() -> None:
-    # Two signed text parts: two text_signature items, and the order (two text parts,
-    # which the default echo would merge) is a third item.
+def test_the_part_order_is_a_detail_that_never_fails_a_stream_at_the_item_cap() -> None:
+    # Two signed text parts: two text_signature items (the cap), and the order (two text
+    # parts, which the default echo would merge): callgate's bookkeeping, a detail.
     parts = [{"text": "", "thoughtSignature": f"S{i}"} for i in range(2)]
-    events = run_chunks(candidate(*parts), limits=Limits(max_continuation_items=3))
-    assert of(events, ContinuationItem)[-1] == ContinuationItem(
-        "part_order", 0, {"parts": [["text", 0, 0, "S0"], ["text", 0, 0, "S1"]]}
+    events = run_chunks(candidate(*parts), limits=Limits(max_continuation_items=2))
+    assert len(of(events, ContinuationItem)) == 2
+    assert of(events, ProviderDetail)[-1] == ProviderDetail(
+        "gemini_part_order", {"parts": [["text", 0, 0, "S0"], ["text", 0, 0, "S1"]]}
     )
-    with pytest.raises(LimitExceeded) as info:
-        run_chunks(candidate(*parts), limits=Limits(max_continuation_items=2))
-    assert info.value.limit == "max_continuation_items"

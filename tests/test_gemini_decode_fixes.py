@@ -237,8 +237,8 @@ def test_text_inside_a_streamed_call_keeps_its_order_on_either_path() -> None:
 
     fast, full = _decode_all_ways(body(RID)), _decode_all_ways(body(None))
     assert _comparable(fast) == _comparable(full)
-    (order,) = [c for c in fast.continuation if c.kind == "part_order"]
-    assert order.item == {"parts": [["call", 0], ["text", 0, 1], ["text", 1, 2]]}
+    (order,) = [d for d in fast.provider_details if d.kind == "gemini_part_order"]
+    assert order.data == {"parts": [["call", 0], ["text", 0, 1], ["text", 1, 2]]}
 
 
 def _random_part(rng: random.Random) -> dict[str, Any]:

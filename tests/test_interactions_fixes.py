@@ -149,7 +149,6 @@ def test_step_start_arguments_without_deltas_are_the_call_arguments() -> None:
             id="duplicate-key",
         ),
         pytest.param(b'["/srv/data"]', "must be a JSON object", id="not-an-object"),
-        pytest.param(b'"{\\"path\\":\\"/srv/data\\"}"', "must be a JSON object", id="a-string"),
     ],
 )
 def test_step_start_arguments_are_parsed_strictly(wire: bytes, error: str) -> None:
@@ -157,6 +156,23 @@ def test_step_start_arguments_are_parsed_strictly(wire: bytes, error: str) -> No
     [call] = out.calls
     assert call.arguments is None and call.error is not None and error in call.error
     assert call.raw_arguments == wire
+
+
+def test_step_start_arguments_as_a_json_string_are_argument_text() -> None:
+    # As the legacy content.delta's string arguments: the string is the argument text.
+    out = outcome(
+        CREATED + call_start(0, b'"{\\"path\\":\\"/srv/data\\"}"') + stop(0) + completed()
+    )
+    [call] = out.calls
+    assert call.arguments == {"path": "/srv/data"}
+    assert call.raw_arguments == b'{"path":"/srv/data"}'
+    # An empty string is the placeholder: the deltas carry the arguments.
+    body = CREATED + call_start(0, b'""') + args_delta(0, '{"a":1}') + stop(0) + completed()
+    [call] = outcome(body).calls
+    assert call.arguments == {"a": 1}
+    # A non-empty one with deltas after it: two sources, the turn fails.
+    body = CREATED + call_start(0, b'"{}"') + args_delta(0, '{"a":1}') + stop(0) + completed()
+    assert outcome(body).kind is OutcomeKind.FAILED
 
 
 @pytest.mark.parametrize(
