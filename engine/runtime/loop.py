@@ -67,10 +67,12 @@ class Runner:
     """Drives operations for one provider/model/registry. Reusable and concurrency-safe
     across operations; each ``start``/``resume`` call drives one operation.
 
-    ``claim_stale_after`` (seconds, default None): lets ``resume`` take over a paused
-    operation still claimed by a worker that has not written it for that long — one that
-    died mid-resume (a failure that raises releases its claim itself). None keeps claims
-    exclusive until their owner releases them. A worker writes the operation only when it
+    ``claim_stale_after`` (seconds, default None): lets ``resume`` take over an operation
+    still claimed by a worker that has not written it for that long — one that died
+    mid-resume (a failure that raises releases its claim itself) is resumed from its
+    pause; one that died mid-start is ended ``escalated`` (nothing can replay a start
+    without asking the model again). None keeps claims exclusive until their owner
+    releases them. A worker writes the operation only when it
     claims it and when its drive ends, so the value must exceed the longest drive (the
     ``deadline_seconds`` budget, handler deadlines included) plus clock skew between
     workers: a live drive taken over is fenced at its final write, and the idempotency
