@@ -88,7 +88,7 @@ def _clean(value: Any) -> bool:
 
 def reference_parse(raw: bytes, max_depth: int) -> dict[str, Any] | None:
     """The strict rules, naively: the parsed object, or None when rejected."""
-    if not raw.strip():
+    if not raw.strip(b" \t\n\r"):  # JSON's whitespace only (not VT or FF)
         return {}
     try:
         text = raw.decode("utf-8")
