@@ -231,7 +231,13 @@ class GeminiStream:
                 # first one counts: a later STOP cannot undo MAX_TOKENS or SAFETY.
                 self._finish = cand.finish_reason
         feedback = chunk.prompt_feedback
-        if feedback is not None and feedback.block_reason and self._blocked is None:
+        if (
+            feedback is not None
+            and feedback.block_reason
+            # "Default value. This value is unused." (genai types.BlockedReason)
+            and feedback.block_reason != "BLOCK_REASON_UNSPECIFIED"
+            and self._blocked is None
+        ):
             # A blocked prompt: the turn is a refusal whatever candidates say (end()).
             self._blocked = feedback.block_reason
         meta = chunk.usage_metadata

@@ -333,13 +333,32 @@ class OpenAIChatStream:
                 )
             )
 
+    def _repeats_a_call(self, fragment: _ToolCallView) -> bool:
+        function = fragment.function
+        if function is not None and function.arguments:
+            return False
+        index = fragment.index
+        if index is None:
+            index = self._by_id.get(fragment.id) if fragment.id else None
+        known = self._calls.get(index) if index is not None else None
+        if known is None:
+            return False
+        known_id, known_name = known
+        name = function.name if function is not None else None
+        return (not fragment.id or fragment.id == known_id) and (not name or name == known_name)
+
     def _tool_calls(self, fragments: list[_ToolCallView], out: list[BatchEvent]) -> None:
         if self._finish is not None:
             # The finish closed every call it found; what follows it is no part of the
-            # turn the finish described (a text answer must not become a tool turn).
-            raise StreamProtocolError(
-                f"openai_chat: tool call fragment after finish_reason {self._finish!r}"
-            )
+            # turn the finish described (a text answer must not become a tool turn). A
+            # fragment that only repeats a closed call (its index or id, its name, no
+            # argument text) adds nothing and is let through, as some servers send it.
+            for fragment in fragments:
+                if not self._repeats_a_call(fragment):
+                    raise StreamProtocolError(
+                        f"openai_chat: tool call fragment after finish_reason {self._finish!r}"
+                    )
+            return
         for fragment in fragments:
             call_id = fragment.id or None
             function = fragment.function

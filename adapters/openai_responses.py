@@ -144,9 +144,9 @@ class OpenAIResponsesStream:
         # reached the turn as RefusalDelta: a refusal is never read as final_text.
         self._refused = False
         self._refusal_text = False
-        # (output_index, content_index) of each output_text part whose text reached the
-        # turn (by deltas or once from a done text); those of them that took the done
-        # text; whether a text delta named no part (then no done text is taken).
+        # (output_index, content_index) of each output_text part whose done text was read
+        # (twice: in the done item, it counts once); whether any text delta came (then
+        # no done text is read: deltas and done events may index the same part apart).
         self._texted: set[tuple[int, int]] = set()
         self._done_text: set[tuple[int, int]] = set()
         self._unkeyed_text = False
@@ -259,13 +259,10 @@ class OpenAIResponsesStream:
             raise StreamProtocolError(
                 f"openai_responses: two function_call items at output_index {ev.output_index}"
             )
-        if item.id is not None:
-            if item.id in self._by_item:
-                # An item_id would name two calls: no event could be attributed by it.
-                raise StreamProtocolError(
-                    f"openai_responses: two function_call items with the id {item.id!r}"
-                )
-            self._by_item[item.id] = ev.output_index
+        if item.id:
+            # An id two calls share (a compatible server's constant) names neither: it is
+            # kept as ambiguous, and events are attributed by output_index alone.
+            self._by_item[item.id] = -1 if item.id in self._by_item else ev.output_index
         self._item_at[ev.output_index] = item.id
         self._calls[ev.output_index] = (item.call_id, item.name, item.id)
         return [CallStarted(ev.output_index, item.name, item.call_id, item.id)]
@@ -274,16 +271,17 @@ class OpenAIResponsesStream:
         """The call an argument event names. With both output_index and item_id, they
         must name the same call output_item.added announced: a fragment attributed by
         one to another call than the other says is never guessed at."""
-        if item_id is not None:
-            index = self._by_item.get(item_id)
+        index = self._by_item.get(item_id) if item_id else None
+        if index is not None and index >= 0:
             if output_index is not None and output_index != index:
                 raise StreamProtocolError(
                     f"openai_responses: argument event names item_id {item_id!r} and "
                     f"output_index {output_index}, which output_item.added did not pair"
                 )
-            if index is not None:
-                return index
-        elif output_index is not None:
+            return index
+        # An item_id no call was added with (or one two calls share) says nothing: the
+        # output_index decides.
+        if output_index is not None:
             return output_index
         raise StreamProtocolError(
             "openai_responses: argument event names no known output_index or item_id"
@@ -353,7 +351,8 @@ class OpenAIResponsesStream:
                 "where no function_call was added"
             )
         for key, value in zip(_IDENTITY, known, strict=True):
-            if key in item and item[key] != value:
+            # Only a change counts: a value the added item did not give may come now.
+            if value is not None and key in item and item[key] != value:
                 raise StreamProtocolError(
                     f"openai_responses: function_call at output_index {index} changed "
                     f"its {key} at output_item.done"
@@ -363,18 +362,10 @@ class OpenAIResponsesStream:
         ev = wire.TEXT_DELTA.decode(data)
         if not ev.delta:
             return []
-        # A delta after its part took a done text (for one naming no part: after any
-        # did) could double that text.
-        output_index, content_index = ev.output_index, ev.content_index
-        if output_index is None or content_index is None:
-            if self._done_text:
-                raise StreamProtocolError("openai_responses: text delta after a done text")
-            self._unkeyed_text = True
-        else:
-            part = output_index, content_index
-            if part in self._done_text:
-                raise StreamProtocolError("openai_responses: text delta after its done text")
-            self._texted.add(part)
+        if self._done_text:
+            # A done text was read because no delta had come: one now could double it.
+            raise StreamProtocolError("openai_responses: text delta after a done text")
+        self._unkeyed_text = True  # (any delta: done texts are not read any more)
         return [TextDelta(ev.delta)]
 
     def _on_text_done(self, data: SSEData) -> list[EngineEvent]:
@@ -390,6 +381,8 @@ class OpenAIResponsesStream:
         message's done item): it counts once, and only when no delta carried the part's
         text. As for a refusal, a done text that differs from the deltas is not read."""
         part = output_index, content_index
+        # Only a turn whose text came in no delta at all reads done texts: deltas and done
+        # events may name the same part by different indexes, and doubling is worse.
         if self._unkeyed_text or part in self._texted or not isinstance(text, str) or not text:
             return []
         self._texted.add(part)

@@ -169,6 +169,15 @@ def test_a_blocked_prompt_is_a_refusal_whatever_follows(chunks: list[Any]) -> No
     assert (out.kind, out.raw_reason) == (OutcomeKind.REFUSAL, "SAFETY")
 
 
+def test_an_unspecified_block_reason_is_no_block() -> None:
+    # BLOCK_REASON_UNSPECIFIED is the enum's unused default, not a block.
+    first = _cand({"text": "Hello"})
+    first["promptFeedback"] = {"blockReason": "BLOCK_REASON_UNSPECIFIED"}
+    body = _frame(first) + _frame(_cand({"text": ""}, finish="STOP"))
+    out = _decode_all_ways(body)
+    assert (out.kind, out.text) == (OutcomeKind.FINAL_TEXT, "Hello")
+
+
 # --- f5: the outcome does not depend on the path that decoded a chunk ------------------------
 
 
