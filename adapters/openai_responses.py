@@ -114,7 +114,6 @@ class OpenAIResponsesStream:
     __slots__ = (
         "_by_item",
         "_calls",
-        "_done_text",
         "_item_at",
         "_items",
         "_limits",
@@ -122,9 +121,9 @@ class OpenAIResponsesStream:
         "_refusal_text",
         "_refused",
         "_started",
+        "_streamed_text",
         "_terminal",
         "_texted",
-        "_unkeyed_text",
     )
 
     def __init__(self, limits: Limits) -> None:
@@ -148,8 +147,7 @@ class OpenAIResponsesStream:
         # (twice: in the done item, it counts once); whether any text delta came (then
         # no done text is read: deltas and done events may index the same part apart).
         self._texted: set[tuple[int, int]] = set()
-        self._done_text: set[tuple[int, int]] = set()
-        self._unkeyed_text = False
+        self._streamed_text = False
 
     def decode_batch(self, events: list[SSEEvent], out: list[BatchEvent]) -> None:
         """Translate a chunk's events in order; consecutive argument deltas become one
@@ -362,10 +360,10 @@ class OpenAIResponsesStream:
         ev = wire.TEXT_DELTA.decode(data)
         if not ev.delta:
             return []
-        if self._done_text:
+        if self._texted:
             # A done text was read because no delta had come: one now could double it.
             raise StreamProtocolError("openai_responses: text delta after a done text")
-        self._unkeyed_text = True  # (any delta: done texts are not read any more)
+        self._streamed_text = True  # done texts are not read any more
         return [TextDelta(ev.delta)]
 
     def _on_text_done(self, data: SSEData) -> list[EngineEvent]:
@@ -383,10 +381,9 @@ class OpenAIResponsesStream:
         part = output_index, content_index
         # Only a turn whose text came in no delta at all reads done texts: deltas and done
         # events may name the same part by different indexes, and doubling is worse.
-        if self._unkeyed_text or part in self._texted or not isinstance(text, str) or not text:
+        if self._streamed_text or part in self._texted or not isinstance(text, str) or not text:
             return []
         self._texted.add(part)
-        self._done_text.add(part)
         return [TextDelta(text)]
 
     def _on_refusal_delta(self, data: SSEData) -> list[EngineEvent]:
