@@ -15,6 +15,11 @@ process without interpreter start-up cost. Two kinds of fault, both from one see
 
 Some runs first plant a key a "ghost" attempt left unknown or in flight (with or without
 its effect downstream), so kills also land inside a worker's reconciliation.
+
+PostgreSQL outlives its client: a COMMIT the worker sent just before the kill is still
+carried out by its server backend after the worker is gone. So the PostgreSQL campaign
+waits for the dead worker's backends to exit before it reads the rows the kill left;
+only then is "no row" proof that the effect cannot have happened.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ import hashlib
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +51,7 @@ from callgate.engine.store import (
     open_store,
 )
 
-from .store_helpers import HELPER, drop_schema, require_postgres, with_schema
+from .store_helpers import HELPER, PG_URL, drop_schema, require_postgres, with_schema
 from .store_subprocess import Checkpoints, append_effect, run_key
 
 SEED = int(os.environ.get("CALLGATE_CRASH_SEED", "20240605"))
@@ -112,14 +119,31 @@ class Tally:
         self.keys: list[str] = []
 
 
+Settle = Callable[[], Awaitable[None]]
+
+
+async def settled() -> None:
+    """SQLite: a killed worker's commit either happened or did not; nothing to wait for."""
+
+
 async def crash_lane(
-    lane: int, url: str, effects: Path, *, checkpoint_runs: int, timer_runs: int, tally: Tally
+    lane: int,
+    url: str,
+    effects: Path,
+    *,
+    checkpoint_runs: int,
+    timer_runs: int,
+    tally: Tally,
+    worker_url: str | None = None,
+    settle: Settle = settled,
 ) -> None:
     """One zygote, one database: calibration runs, then ``checkpoint_runs`` self-kills,
-    then ``timer_runs`` kills after a seeded delay; recovery and checks after each run."""
+    then ``timer_runs`` kills after a seeded delay; recovery and checks after each run.
+    Workers connect with ``worker_url`` (default ``url``); ``settle`` returns once the
+    database has finished whatever the last worker left it doing."""
     rng = random.Random(SEED * 100 + lane)
     proc = await anyio.open_process(
-        [sys.executable, HELPER, "zygote", url, str(effects)],
+        [sys.executable, HELPER, "zygote", worker_url or url, str(effects)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=None,  # a worker's traceback goes straight to pytest's captured stderr
@@ -127,7 +151,7 @@ async def crash_lane(
     zygote = Zygote(proc)
     never = Checkpoints()
     never.crash_at = -1
-    work_time = 0.0
+    calibrated: list[float] = []  # how long an unkilled run's work takes
     store = open_store(url)
     await store.start()
     try:
@@ -151,13 +175,16 @@ async def crash_lane(
                     await plant(store, effects, key, kind, base)
                     labels += PLANTED_PRESENT if kind.endswith("present") else PLANTED_ABSENT
             crash_at = rng.randrange(len(labels)) if mode == "checkpoint" else None
+            # The median, not the max: a cold first run (empty caches, a fresh server) would
+            # stretch the range and send most timer kills after the work is done.
+            work_time = statistics.median(calibrated) if calibrated else 0.0
             kill_after = rng.uniform(0, work_time) if mode == "timer" else None
             reply = await zygote.run(
                 {"keys": keys, "now": base, "crash_at": crash_at, "kill_after": kill_after}
             )
             if mode == "calibrate":
                 assert reply["code"] == 0 and reply["done"], reply
-                work_time = max(work_time, reply["ran_for"])
+                calibrated.append(reply["ran_for"])
             elif mode == "checkpoint":
                 assert crash_at is not None and reply["killed"], (run, reply)
                 tally.hits[labels[crash_at]] += 1
@@ -165,6 +192,7 @@ async def crash_lane(
                 assert reply["killed"] or reply["code"] == 0, reply
                 tally.timer_runs += 1
                 tally.timer_kills += reply["killed"] and not reply["done"]
+            await settle()
             await recover_and_check(store, effects, keys, base, never)
         assert proc.stdin is not None
         await proc.stdin.aclose()
@@ -200,7 +228,13 @@ async def recover_and_check(
 
 
 async def crash_campaign(
-    urls: list[str], tmp_path: Path, checkpoint_runs: int, timer_runs: int
+    urls: list[str],
+    tmp_path: Path,
+    checkpoint_runs: int,
+    timer_runs: int,
+    *,
+    worker_urls: list[str] | None = None,
+    settle: Settle = settled,
 ) -> Tally:
     """One lane per URL, run side by side; each lane has its own effects file."""
     tally = Tally()
@@ -216,6 +250,8 @@ async def crash_campaign(
                     checkpoint_runs=checkpoint_runs,
                     timer_runs=timer_runs,
                     tally=tally,
+                    worker_url=worker_urls[lane] if worker_urls else None,
+                    settle=settle,
                 )
             )
     print(
@@ -250,10 +286,42 @@ async def test_sqlite_worker_killed_at_300_seeded_points_never_duplicates(
 
 @pytest.mark.postgres
 async def test_postgres_worker_killed_at_seeded_points_never_duplicates(tmp_path: Path) -> None:
+    import asyncpg
+
     schema = f"t_{uuid.uuid4().hex[:16]}"
     url = with_schema(require_postgres(), schema)
+    name = f"callgate-crash-{schema}"  # the application_name the workers' backends carry
+    worker_url = f"{url}&application_name={name}"
+
+    async def backends(conn: Any) -> int:
+        sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+        return int(await conn.fetchval(sql, name))
+
+    async def backends_gone() -> None:
+        conn = await asyncpg.connect(PG_URL)
+        try:
+            with anyio.fail_after(30):
+                while await backends(conn):  # noqa: ASYNC110  # a server's state, no event
+                    await anyio.sleep(0.002)
+        finally:
+            await conn.close()
+
     try:
-        tally = await crash_campaign([url], tmp_path, checkpoint_runs=60, timer_runs=20)
+        # The wait is only as good as the name: a worker's connection must carry it.
+        async with open_store(worker_url):
+            conn = await asyncpg.connect(PG_URL)
+            try:
+                assert await backends(conn) >= 1
+            finally:
+                await conn.close()
+        tally = await crash_campaign(
+            [url],
+            tmp_path,
+            checkpoint_runs=60,
+            timer_runs=20,
+            worker_urls=[worker_url],
+            settle=backends_gone,
+        )
         assert sum(tally.hits.values()) == 60
         assert tally.hits["effect-unrecorded"] >= 5
         assert tally.timer_kills >= 5
