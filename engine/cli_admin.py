@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -35,6 +35,7 @@ import orjson
 
 from .cli_audit import CliFailure, secret_from_env
 from .cli_errors import failure_text, innermost, refuse_undecodable, scrub
+from .cli_views import operation_json, snapshot_view
 from .core.adapter import PROVIDERS
 from .core.audit import escape_controls
 from .core.registry import Registry
@@ -58,6 +59,7 @@ STORE_ENV = "CALLGATE_STORE"
 DEFAULT_STORE_URL = "sqlite:///./callgate.db"
 # A model's final answer can be long: the text view shows its start, --json all of it.
 _TEXT_PREVIEW = 200
+_R = TypeVar("_R")
 
 Handler = Callable[[argparse.Namespace, Store], Awaitable[int]]
 
@@ -172,9 +174,23 @@ def _approval_rows(records: Sequence[ApprovalRecord], now: float) -> list[list[s
 _APPROVAL_HEADERS = ("APPROVAL", "STATUS", "OPERATION", "TOOL", "CALL", "EXPIRES", "DECIDED BY")
 
 
+def _cut(records: list[_R], limit: int, what: str) -> list[_R]:
+    """The first ``limit`` of ``records`` (asked for one more than that); a note on stderr
+    when more match, so a long list never looks complete (oldest first: the newest
+    entries are the ones left out)."""
+    if len(records) <= limit:
+        return records
+    print(
+        f"more than {limit} {what} match: the oldest {limit} are shown (pass --limit N)",
+        file=sys.stderr,
+    )
+    return records[:limit]
+
+
 async def _approvals_list(args: argparse.Namespace, store: Store) -> int:
     status = None if args.status is None else ApprovalStatus(args.status)
-    records = await store.list_approvals(status, operation_id=args.operation, limit=args.limit)
+    found = await store.list_approvals(status, operation_id=args.operation, limit=args.limit + 1)
+    records = _cut(list(found), args.limit, "approvals")
     now = time.time()
     if args.json:
         _emit_json([approval_json(r, now) for r in records])
@@ -253,89 +269,14 @@ async def _approvals_decide(args: argparse.Namespace, store: Store) -> int:
         _emit_json(approval_json(record, now))
     else:
         print(f"{record.status.value} {_s(approval_id)} by {_s(record.approver)}")
-        print(f"resume with: callgate operations resume {_s(record.operation_id)}")
+        print(
+            f"resume with: callgate operations resume {_s(record.operation_id)} "
+            "--registry MODULE:ATTR (and the same --store)"
+        )
     return 0
 
 
 # --- operations ---------------------------------------------------------------------------
-
-
-def operation_json(record: OperationRecord) -> dict[str, Any]:
-    """The stored columns of an operation, without the opaque snapshot (its size only)."""
-    return {
-        "operation_id": record.operation_id,
-        "state": record.state,
-        "tenant": record.tenant,
-        "subject": record.subject,
-        "owner": record.owner,
-        "version": record.version,
-        "fencing_token": record.fencing_token,
-        "created_at": record.created_at,
-        "updated_at": record.updated_at,
-        "snapshot_bytes": len(record.snapshot),
-    }
-
-
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-_CALL_FIELDS = ("response_id", "call_id", "tool", "status", "idempotency_key", "approval_id")
-
-
-def _call_view(raw: object) -> dict[str, Any] | None:
-    if not isinstance(raw, dict):
-        return None
-    out: dict[str, Any] = {"turn": _int(raw.get("turn"))}
-    out.update((k, _str(raw.get(k))) for k in _CALL_FIELDS)
-    out["binding_sha256"] = _str(raw.get("binding_sha256"))
-    return out
-
-
-def snapshot_view(snapshot: bytes) -> dict[str, Any] | None:
-    """What the CLI shows of a run-loop snapshot, read field by field without trusting its
-    shape (it may come from another callgate version): provider, model, stop, final text,
-    the answered calls, the paused turn's proposed calls (names and ids — never arguments)
-    and the audit chain position. None when it is not a JSON object."""
-    try:
-        data = msgspec.json.decode(snapshot)
-    except msgspec.DecodeError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    stop = data.get("stop")
-    outcome = data.get("outcome")
-    proposed = outcome.get("calls") if isinstance(outcome, dict) else None
-    approvals = data.get("approvals")
-    calls = data.get("calls")
-    return {
-        "provider": _str(data.get("provider")),
-        "model": _str(data.get("model")),
-        "state": _str(data.get("state")),
-        "stop": {k: _str(stop.get(k)) for k in ("state", "input", "reason", "provider_reason")}
-        if isinstance(stop, dict)
-        else None,
-        "text": _str(data.get("text")) or "",
-        "calls": [c for c in map(_call_view, calls) if c is not None]
-        if isinstance(calls, list)
-        else [],
-        "proposed": [
-            {"call_id": _str(c.get("call_id")), "name": _str(c.get("name"))}
-            for c in proposed
-            if isinstance(c, dict)
-        ]
-        if isinstance(proposed, list)
-        else [],
-        "waiting_on": {k: v for k, v in approvals.items() if isinstance(v, str)}
-        if isinstance(approvals, dict)
-        else {},
-        "audit_seq": _int(data.get("audit_seq")),
-        "audit_head": _str(data.get("audit_head")),
-    }
 
 
 async def _get_operation(store: Store, operation_id: str) -> OperationRecord:
@@ -346,7 +287,8 @@ async def _get_operation(store: Store, operation_id: str) -> OperationRecord:
 
 
 async def _operations_list(args: argparse.Namespace, store: Store) -> int:
-    records = await store.list_operations(args.state, limit=args.limit)
+    found = await store.list_operations(args.state, limit=args.limit + 1)
+    records = _cut(list(found), args.limit, "operations")
     if args.json:
         _emit_json([operation_json(r) for r in records])
     elif records:
@@ -469,6 +411,7 @@ async def _operations_resume(args: argparse.Namespace, store: Store) -> int:
 
     registry = load_registry(args.registry)
     secret = secret_from_env(args.secret_env) if args.secret_env else None
+    audit_secret = secret_from_env(args.audit_secret_env) if args.audit_secret_env else None
     record = await _get_operation(store, args.operation_id)
     view = snapshot_view(record.snapshot) or {}
     provider = args.provider or view.get("provider")
@@ -499,6 +442,7 @@ async def _operations_resume(args: argparse.Namespace, store: Store) -> int:
             store=store,
             binding_secret=secret,
             audit=None if sink is None else sink.write,
+            audit_secret=audit_secret,
         )
         try:
             await runner.resume(record.operation_id)
@@ -557,7 +501,9 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p = _leaf(asub, "list", "list approvals, oldest first", _approvals_list, common)
     p.add_argument("--status", choices=[s.value for s in ApprovalStatus])
     p.add_argument("--operation", metavar="ID", help="only this operation's approvals")
-    p.add_argument("--limit", type=_positive, default=100, metavar="N")
+    p.add_argument(
+        "--limit", type=_positive, default=100, metavar="N", help="at most N rows (default 100)"
+    )
     p = _leaf(asub, "show", "show one approval", _approvals_show, common)
     p.add_argument("approval_id", metavar="ID")
     p = _leaf(
@@ -577,7 +523,9 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     osub = operations.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = _leaf(osub, "list", "list operations, oldest first", _operations_list, common)
     p.add_argument("--state", choices=[s.value for s in OpState])
-    p.add_argument("--limit", type=_positive, default=100, metavar="N")
+    p.add_argument(
+        "--limit", type=_positive, default=100, metavar="N", help="at most N rows (default 100)"
+    )
     p = _leaf(osub, "show", "show one operation, its approvals and calls", _operations_show, common)
     p.add_argument("operation_id", metavar="ID")
     p = _leaf(
@@ -596,9 +544,22 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     p.add_argument("--provider", choices=PROVIDERS, help="default: the operation's own")
     p.add_argument("--model", help="default: the operation's own")
-    p.add_argument("--secret-env", metavar="VAR", help="env var holding the binding secret")
+    p.add_argument(
+        "--binding-secret-env",
+        "--secret-env",
+        dest="secret_env",
+        metavar="VAR",
+        help="env var holding the binding secret (the Runner's binding_secret)",
+    )
     p.add_argument(
         "--audit-file",
         metavar="PATH",
         help="append this run's audit records (JSON lines) to the operation's trail file",
+    )
+    p.add_argument(
+        "--audit-secret-env",
+        metavar="VAR",
+        help="env var holding the audit chain's HMAC secret (the Runner's audit_secret): "
+        "pass it when the operation's trail is keyed, or the records this resume appends "
+        "will not verify",
     )

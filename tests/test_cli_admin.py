@@ -21,6 +21,7 @@ import msgspec
 import pytest
 
 from callgate.engine.core.states import OpState
+from callgate.engine.runtime.audit_sink import JsonlAuditSink
 from callgate.engine.runtime.loop import Runner
 from callgate.engine.runtime.replay import ReplayServer, ReplayTurn
 from callgate.engine.runtime.transport import ProviderEndpoint
@@ -366,6 +367,63 @@ async def test_resume_in_a_fresh_process_executes_exactly_once(
         assert b"state      completed" in again.stdout
         assert len(server.requests) == 2  # the model was asked once after the pause
     assert effects.read_text().splitlines() == [f"{paused.operation_id} {NYC_CALL} New York City"]
+
+
+@pytest.mark.anyio
+async def test_resume_continues_a_keyed_audit_chain_only_with_its_secret(tmp_path: Path) -> None:
+    # Started in Python with audit_secret; approved and resumed through the CLI. The
+    # records the resume appends verify only when it was given the same secret.
+    url = f"sqlite:///{tmp_path / 'callgate.db'}"
+    turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)] * 2
+    async with ReplayServer(turns) as server:
+        env = cli_env(
+            CALLGATE_STORE=url,
+            OPENAI_BASE_URL=server.base_url,
+            OPENAI_API_KEY="sk-test",
+            CALLGATE_TEST_EFFECTS=str(tmp_path / "effects.log"),
+            AUDIT_KEY="k3y-of-the-trail",
+        )
+        verdicts = []
+        for keyed in (True, False):
+            trail = tmp_path / f"trail-{keyed}.jsonl"
+            async with open_store(url) as store, JsonlAuditSink(trail) as sink:
+                paused = await Runner(
+                    provider="openai_chat",
+                    model="gpt-4o",
+                    registry=REGISTRY,
+                    endpoint=ProviderEndpoint(base_url=server.base_url, api_key="sk-test"),
+                    store=store,
+                    audit=sink.write,
+                    audit_secret=b"k3y-of-the-trail",
+                ).start("Weather?", tenant="acme")
+            (approval_id,) = paused.pending_approvals
+            approved = await _cli("approvals", "approve", approval_id, "--approver", "ops", env=env)
+            assert approved.returncode == 0
+            # The hint names what resume needs, not just the operation id.
+            assert b"--registry" in approved.stdout
+            key = ["--audit-secret-env", "AUDIT_KEY"] if keyed else []
+            done = await _cli(
+                "operations", "resume", paused.operation_id, "--registry",
+                "tests.cli_tools:REGISTRY", "--audit-file", str(trail), *key, env=env,
+            )  # fmt: skip
+            assert done.returncode == 0 and b"completed" in done.stdout, done.stderr
+            verify = await _cli("audit", "verify", str(trail), "--secret-env", "AUDIT_KEY", env=env)
+            verdicts.append((verify.returncode, verify.stdout + verify.stderr))
+    (keyed_rc, keyed_out), (plain_rc, plain_out) = verdicts
+    assert keyed_rc == 0 and b"ok:" in keyed_out, keyed_out
+    assert plain_rc == 1 and b"does not match" in plain_out, plain_out
+
+
+def test_listings_say_when_they_are_cut(seed: Seed) -> None:
+    cut, whole, ops = run_all(
+        ["approvals", "list", "--store", seed.url, "--limit", "2", "--json"],
+        ["approvals", "list", "--store", seed.url, "--limit", "4", "--json"],
+        ["operations", "list", "--store", seed.url, "--limit", "1"],
+    )
+    assert len(parsed(cut)) == 2 and "more than 2 approvals match" in cut.stderr
+    assert len(parsed(whole)) == 4 and whole.stderr == ""
+    assert "more than 1 operations match" in ops.stderr
+    assert sum(line.startswith("op_") for line in ops.stdout.splitlines()) == 1
 
 
 def test_resume_refuses_a_registry_it_cannot_load(seed: Seed) -> None:

@@ -22,6 +22,9 @@ MAX_JSON_DEPTH = 256
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """Byte, count and depth caps of one decoded stream (defaults in the README). Past a
+    stream cap the turn is ``failed``; past a per-call cap that call is refused."""
+
     # One SSE line carries one provider event. The largest legitimate single line is a
     # whole-arguments Gemini functionCall or an Anthropic content block with opaque
     # encrypted search results (≈256 KB recorded); 4 MiB leaves >10x headroom.

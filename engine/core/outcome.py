@@ -26,6 +26,9 @@ __all__ = [
 
 
 class OutcomeKind(enum.StrEnum):
+    """How one model turn ended. Only ``FINAL_TEXT`` and ``TOOL_PROPOSALS`` are explicit
+    successes; each adapter maps its raw reasons here (its ``FINISH_REASONS``)."""
+
     FINAL_TEXT = "final_text"
     TOOL_PROPOSALS = "tool_proposals"
     REFUSAL = "refusal"
@@ -135,6 +138,11 @@ class IncompleteCall(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """One decoded turn: its kind, the provider's raw reason beside callgate's own
+    ``stop_reason``, the text, the complete ``calls`` (a rejected one has ``arguments``
+    None and an ``error``; it never runs), ``incomplete_calls`` (diagnostics only), usage,
+    the ``continuation`` items the next request must echo, and any provider error."""
+
     kind: OutcomeKind
     raw_reason: str | None
     # Why callgate classified the turn this way, in its own words.

@@ -48,6 +48,9 @@ __all__ = [
 
 
 class RiskClass(enum.StrEnum):
+    """What running a tool can do. Anything but a read goes through the idempotency
+    ledger; an irreversible tool needs a person's approval unless its spec says otherwise."""
+
     READ = "read"  # no side effect (may still be tenant- and data-policy-sensitive)
     WRITE = "write"  # a side effect that can be undone or corrected
     IRREVERSIBLE = "irreversible"  # money moved, mail sent, data deleted

@@ -63,6 +63,9 @@ __all__ = [
 
 
 class OpState(enum.StrEnum):
+    """Where an operation is; the terminal ones (``TERMINAL``) are completed, refused,
+    incomplete, failed and escalated. Moves only through ``transition``."""
+
     MODEL_REQUESTED = "model_requested"
     VALIDATING = "validating"
     WAITING_APPROVAL = "waiting_approval"
