@@ -30,7 +30,8 @@ __all__ = [
 
 
 _NO_ARGS: Final = msgspec.Raw()
-NO_USAGE: Final = (None, None, None, None)
+# (prompt, candidates, thoughts, cached, tool-use prompt) before any usage arrived.
+NO_USAGE: Final = (None, None, None, None, None)
 
 
 class FunctionCall(msgspec.Struct, rename="camel", gc=False):
@@ -69,6 +70,9 @@ class _UsageMeta(msgspec.Struct, rename="camel", gc=False):
     candidates_token_count: int | None = None
     thoughts_token_count: int | None = None
     cached_content_token_count: int | None = None
+    # Tokens of the tool-use prompt(s) (results of tool executions fed to the model):
+    # billed prompt tokens that promptTokenCount leaves out.
+    tool_use_prompt_token_count: int | None = None
 
 
 class _PromptFeedback(msgspec.Struct, rename="camel", gc=False):
@@ -133,12 +137,14 @@ def continuation(chunk: Chunk, usage: tuple[int | None, ...]) -> FunctionCall | 
         or meta.candidates_token_count is not None
         or meta.thoughts_token_count is not None
         or meta.cached_content_token_count is not None
+        or meta.tool_use_prompt_token_count is not None
     ):
         counts = (
             meta.prompt_token_count,
             meta.candidates_token_count,
             meta.thoughts_token_count,
             meta.cached_content_token_count,
+            meta.tool_use_prompt_token_count,
         )
         if counts != usage:
             return None

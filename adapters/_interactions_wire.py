@@ -18,8 +18,17 @@ from callgate.engine.core.errors import StreamProtocolError
 
 __all__ = [
     "DECODER",
+    "DELTA_NAMES",
     "HOT_DECODER",
     "NO_VALUE",
+    "OPS",
+    "OP_COMPLETED",
+    "OP_CREATED",
+    "OP_DELTA",
+    "OP_ERROR",
+    "OP_START",
+    "OP_STATUS",
+    "OP_STOP",
     "STEP_DECODER",
     "Delta",
     "Error",
@@ -29,11 +38,32 @@ __all__ = [
     "Step",
     "given",
     "is_string",
+    "output",
     "placeholder",
     "string",
     "text",
     "value",
 ]
+
+# What an event does, by its name (both formats: steps, then legacy).
+OP_DELTA, OP_START, OP_STOP, OP_CREATED, OP_COMPLETED, OP_STATUS, OP_ERROR = range(7)
+OPS: Final = {
+    "step.delta": OP_DELTA,
+    "content.delta": OP_DELTA,
+    "step.start": OP_START,
+    "content.start": OP_START,
+    "step.stop": OP_STOP,
+    "content.stop": OP_STOP,
+    "interaction.created": OP_CREATED,
+    "interaction.start": OP_CREATED,
+    "interaction.completed": OP_COMPLETED,
+    "interaction.complete": OP_COMPLETED,
+    "interaction.status_update": OP_STATUS,
+    "interaction.in_progress": OP_STATUS,
+    "interaction.requires_action": OP_STATUS,
+    "error": OP_ERROR,
+}
+DELTA_NAMES: Final = frozenset({"step.delta", "content.delta"})
 
 NO_VALUE: Final = msgspec.Raw()
 _NULL: Final = msgspec.Raw(b"null")
@@ -65,6 +95,9 @@ class Step(msgspec.Struct, gc=False):
     signature: Any = None
     summary: Any = None
     text: Any = None
+    # A model_output step's output (ModelOutputStep.content): a list of Content items,
+    # {"type": "text", "text": ...} or image, audio, document, video (or a newer type).
+    content: Any = None
     arguments: msgspec.Raw = NO_VALUE
 
 
@@ -73,6 +106,9 @@ class Usage(msgspec.Struct, gc=False):
     total_output_tokens: int | None = None
     total_thought_tokens: int | None = None
     total_cached_tokens: int | None = None
+    # Tokens of the tool-use prompt(s) (tool results fed back to the model): billed as
+    # prompt tokens, not included in total_input_tokens.
+    total_tool_use_tokens: int | None = None
 
 
 class Interaction(msgspec.Struct, gc=False):
@@ -119,6 +155,26 @@ DECODER: Final = msgspec.json.Decoder(Event)
 HOT_DECODER: Final = msgspec.json.Decoder(HotEvent)
 STEP_DECODER: Final = msgspec.json.Decoder(Step)
 _STRING: Final = msgspec.json.Decoder(str)
+
+
+def output(step: Step) -> tuple[list[str], list[Any]]:
+    """What a model_output (legacy: text) step start carries of its output: the non-empty
+    texts (its ``text``, then the text items of its ``content``) and its other ``content``
+    items (image, audio, document, video, a newer type, or a text item without text)."""
+    texts: list[str] = [step.text] if isinstance(step.text, str) and step.text else []
+    others: list[Any] = []
+    content = step.content
+    if content is None:
+        return texts, others
+    for item in content if isinstance(content, list) else [content]:
+        if isinstance(item, dict) and item.get("type") == "text":
+            text = item.get("text")
+            if isinstance(text, str):
+                if text:
+                    texts.append(text)
+                continue
+        others.append(item)
+    return texts, others
 
 
 def given(raw: msgspec.Raw) -> bool:

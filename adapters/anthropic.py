@@ -8,11 +8,14 @@ on ``CallDone``), never trusts provider text as a status.
 
 Decoding: every content block is keyed by its ``index``. Client ``tool_use`` blocks become
 ``CallStarted``/``ArgumentsDelta``/``CallDone`` (the ``input: {}`` placeholder is discarded;
-``content_block_stop`` is the arguments-done signal). Every other block (text, thinking,
+``content_block_stop`` is the arguments-done signal). A non-empty ``input`` in
+``content_block_start`` (as proxies send it) is the call's argument text, its exact wire
+bytes, and no input delta may follow it. Every other block (text, thinking,
 redacted_thinking, server_tool_use, web_search_tool_result, unknown types) is rebuilt here
 and emitted whole as a ``ContinuationItem(kind=<block type>)`` at its stop, so that
 ``assistant_echo`` can replay the assistant content in index order with thinking
-signatures unmodified. Text is also streamed as ``TextDelta`` for the assembler.
+signatures unmodified (the last ``signature_delta`` is the signature, as the SDK assigns
+it). Text is also streamed as ``TextDelta`` for the assembler.
 """
 
 from __future__ import annotations
@@ -49,6 +52,30 @@ from callgate.engine.core.outcome import (
 )
 from callgate.engine.core.sse import SSEEvent
 
+from . import _anthropic_wire as wire
+from ._anthropic_wire import (
+    DECODER,
+    HEAD_DECODER,
+    JSON_DECODER,
+    KIND_DECODER,
+    KNOWN_TYPES,
+    NO_COUNTS,
+    AnyEvent,
+    BlockDelta,
+    BlockStart,
+    BlockStop,
+    CitationPiece,
+    ErrorEvent,
+    InputJson,
+    MessageDelta,
+    MessageStart,
+    MessageStop,
+    Ping,
+    SignaturePiece,
+    TextPiece,
+    ThinkingPiece,
+    placeholder,
+)
 from ._utf8 import utf8_len
 
 __all__ = ["ADAPTER", "FINISH_REASONS", "AnthropicAdapter", "AnthropicStream"]
@@ -71,126 +98,6 @@ _API_VERSION: Final = "2023-06-01"
 _DEFAULT_MAX_TOKENS: Final = 4096
 
 
-# --- wire views: only the fields read here (gc=False: decoded JSON has no cycles) ---------
-# One small Struct per event type, chosen by the ``type`` tag, so that msgspec fills only
-# the fields that event can carry (a content_block_delta decodes into two fields, not a
-# dozen optional ones). A ``type`` outside the union falls back to ``_Kind``.
-
-
-class _Usage(msgspec.Struct, gc=False):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
-
-
-# (input, output, cache read, cache write) before any usage arrived.
-_NO_COUNTS: Final[tuple[int | None, int | None, int | None, int | None]] = (
-    None,
-    None,
-    None,
-    None,
-)
-
-
-class _Message(msgspec.Struct, gc=False):
-    id: str | None = None
-    model: str | None = None
-    usage: _Usage | None = None
-
-
-class _Error(msgspec.Struct, gc=False):
-    type: str | None = None
-    message: str | None = None
-
-
-class _InputJson(msgspec.Struct, tag="input_json_delta", tag_field="type", gc=False):
-    partial_json: str | None = None
-
-
-class _TextPiece(msgspec.Struct, tag="text_delta", tag_field="type", gc=False):
-    text: str | None = None
-
-
-class _ThinkingPiece(msgspec.Struct, tag="thinking_delta", tag_field="type", gc=False):
-    thinking: str | None = None
-
-
-class _SignaturePiece(msgspec.Struct, tag="signature_delta", tag_field="type", gc=False):
-    signature: str | None = None
-
-
-class _CitationPiece(msgspec.Struct, tag="citations_delta", tag_field="type", gc=False):
-    citation: dict[str, Any] | None = None
-
-
-_BlockPiece = _InputJson | _TextPiece | _ThinkingPiece | _SignaturePiece | _CitationPiece
-
-
-class _MessageStart(msgspec.Struct, tag="message_start", tag_field="type", gc=False):
-    message: _Message | None = None
-
-
-class _BlockStart(msgspec.Struct, tag="content_block_start", tag_field="type", gc=False):
-    index: int = -1
-    # Kept as a dict: non-tool blocks are echoed whole, unknown keys included.
-    content_block: dict[str, Any] | None = None
-
-
-class _BlockDelta(msgspec.Struct, tag="content_block_delta", tag_field="type", gc=False):
-    index: int = -1
-    delta: _BlockPiece | None = None
-
-
-class _BlockStop(msgspec.Struct, tag="content_block_stop", tag_field="type", gc=False):
-    index: int = -1
-
-
-class _StopDelta(msgspec.Struct, gc=False):
-    stop_reason: str | None = None
-    stop_details: dict[str, Any] | None = None
-
-
-class _MessageDelta(msgspec.Struct, tag="message_delta", tag_field="type", gc=False):
-    delta: _StopDelta | None = None
-    usage: _Usage | None = None
-
-
-class _MessageStop(msgspec.Struct, tag="message_stop", tag_field="type", gc=False):
-    pass
-
-
-class _Ping(msgspec.Struct, tag="ping", tag_field="type", gc=False):
-    pass
-
-
-class _ErrorEvent(msgspec.Struct, tag="error", tag_field="type", gc=False):
-    error: _Error | None = None
-
-
-_AnyEvent = (
-    _BlockDelta
-    | _Ping
-    | _MessageStart
-    | _BlockStart
-    | _BlockStop
-    | _MessageDelta
-    | _MessageStop
-    | _ErrorEvent
-)
-
-
-class _Kind(msgspec.Struct, gc=False):
-    """What an event outside the union (or malformed inside it) says it is."""
-
-    type: str
-
-
-_DECODER: Final = msgspec.json.Decoder(_AnyEvent)
-_KIND_DECODER: Final = msgspec.json.Decoder(_Kind)
-_JSON_DECODER: Final = msgspec.json.Decoder()
-_KNOWN_TYPES: Final = frozenset(cls.__struct_config__.tag for cls in _AnyEvent.__args__)
-
 # Block kinds.
 _TOOL: Final = 0  # client tool_use: streamed to the assembler, not buffered here
 _TEXT: Final = 1  # text: streamed as TextDelta and buffered for the echo
@@ -200,15 +107,27 @@ _OTHER: Final = 2  # thinking, server tools, unknown: buffered for the echo only
 class _Block:
     """One content block being received."""
 
-    __slots__ = ("citations", "data", "json", "kind", "nbytes", "open", "signature", "text")
+    __slots__ = (
+        "citations",
+        "data",
+        "json",
+        "kind",
+        "nbytes",
+        "open",
+        "signature",
+        "text",
+        "whole",
+    )
 
-    def __init__(self, kind: int, data: dict[str, Any] | None) -> None:
+    def __init__(self, kind: int, data: dict[str, Any] | None, whole: bool = False) -> None:
         self.kind = kind
         self.data = data
         self.open = True
+        # The block's input came whole in content_block_start: no input delta may follow.
+        self.whole = whole
         self.nbytes = 0
         self.text: list[str] = []  # text_delta / thinking_delta pieces
-        self.signature: list[str] = []
+        self.signature: str | None = None  # the last signature_delta (it replaces, as in the SDK)
         self.json: list[str] = []  # server_tool_use input pieces
         self.citations: list[dict[str, Any]] = []
 
@@ -240,7 +159,7 @@ class AnthropicStream:
         self._stop_reason: str | None = None
         # Usage counts merged field by field: a message_delta may repeat only some of them
         # (input_tokens without the cache counts), which must not drop the others.
-        self._usage = _NO_COUNTS
+        self._usage = NO_COUNTS
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
         out: list[BatchEvent] = []
@@ -251,7 +170,7 @@ class AnthropicStream:
         """Translate a chunk's events in order. Argument fragments of one call that
         follow each other become one ``ArgumentsRun``; everything else is handled event
         by event. Events before an error are in ``out`` when it is raised."""
-        decode = _DECODER.decode
+        decode = DECODER.decode
         open_tools = self._open_tools
         indexes: list[int] = []
         pieces: list[str] = []
@@ -267,9 +186,9 @@ class AnthropicStream:
                     continue
                 # Deltas are nearly every event: a tool call's argument fragment is
                 # taken right here (the checks of ``_block_delta`` for that case).
-                if type(ev) is _BlockDelta and not self._done:
+                if type(ev) is BlockDelta and not self._done:
                     delta = ev.delta
-                    if type(delta) is _InputJson and ev.index in open_tools:
+                    if type(delta) is InputJson and ev.index in open_tools:
                         fragment = delta.partial_json
                         if fragment is not None:
                             if fragment:
@@ -296,9 +215,9 @@ class AnthropicStream:
         # without one, which the assembler reads as truncated.
         return []
 
-    def _event(self, ev: _AnyEvent, out: list[BatchEvent]) -> None:
+    def _event(self, ev: AnyEvent, out: list[BatchEvent]) -> None:
         kind = type(ev)
-        if kind is _Ping:
+        if kind is Ping:
             return
         if self._done:
             raise StreamProtocolError(f"anthropic: {_tag(ev)!r} event after message_stop")
@@ -306,14 +225,14 @@ class AnthropicStream:
             raise StreamProtocolError(f"anthropic: {_tag(ev)!r} before message_start")
         _HANDLERS[kind](self, ev, out)
 
-    def _message_stop(self, ev: _MessageStop, out: list[BatchEvent]) -> None:
+    def _message_stop(self, ev: MessageStop, out: list[BatchEvent]) -> None:
         if self._stop_reason is None:
             raise StreamProtocolError("anthropic: message_stop without a stop_reason")
         self._done = True
         reason = self._stop_reason
         out.append(Completion(FINISH_REASONS.get(reason, OutcomeKind.FAILED), reason))
 
-    def _error(self, ev: _ErrorEvent, out: list[BatchEvent]) -> None:
+    def _error(self, ev: ErrorEvent, out: list[BatchEvent]) -> None:
         out.append(_provider_error(ev.error))
 
     def _other_event(
@@ -322,10 +241,10 @@ class AnthropicStream:
         """An event the typed union did not take: malformed, or of a type Anthropic added
         after this adapter (documented to happen; such events carry nothing we act on)."""
         try:
-            kind = _KIND_DECODER.decode(event.data).type
+            kind = KIND_DECODER.decode(event.data).type
         except msgspec.DecodeError:
             kind = None
-        if kind is None or kind in _KNOWN_TYPES:
+        if kind is None or kind in KNOWN_TYPES:
             raise StreamProtocolError(
                 f"anthropic: undecodable {event.event!r} event: {exc}"
             ) from None
@@ -334,7 +253,7 @@ class AnthropicStream:
 
     # --- message level ---------------------------------------------------------------
 
-    def _message_start(self, ev: _MessageStart, out: list[BatchEvent]) -> None:
+    def _message_start(self, ev: MessageStart, out: list[BatchEvent]) -> None:
         if self._started:
             raise StreamProtocolError("anthropic: second message_start")
         self._started = True
@@ -347,7 +266,7 @@ class AnthropicStream:
             # replaces; before that, no output count is reported.
             self._report_usage(msg.usage, False, out)
 
-    def _message_delta(self, ev: _MessageDelta, out: list[BatchEvent]) -> None:
+    def _message_delta(self, ev: MessageDelta, out: list[BatchEvent]) -> None:
         delta = ev.delta
         if delta is not None:
             if delta.stop_reason is not None and self._stop_reason is None:
@@ -359,7 +278,7 @@ class AnthropicStream:
         if ev.usage is not None:
             self._report_usage(ev.usage, True, out)
 
-    def _report_usage(self, usage: _Usage, with_output: bool, out: list[BatchEvent]) -> None:
+    def _report_usage(self, usage: wire.Usage, with_output: bool, out: list[BatchEvent]) -> None:
         """Merge a usage object into the counts so far (a count it repeats wins, the others
         stay) and report the billed total. Anthropic's input_tokens leaves out the prompt
         tokens read from and written to the cache; they are billed (and resent) as well."""
@@ -382,24 +301,43 @@ class AnthropicStream:
 
     # --- content blocks --------------------------------------------------------------
 
-    def _block_start(self, ev: _BlockStart, out: list[BatchEvent]) -> None:
+    def _block_start(self, ev: BlockStart, out: list[BatchEvent]) -> None:
         index = ev.index
-        block = ev.content_block
-        if index < 0 or block is None:
+        raw = ev.content_block
+        if index < 0 or not wire.given(raw):
             raise StreamProtocolError("anthropic: content_block_start without index or block")
         if index in self._blocks:
             raise StreamProtocolError(f"anthropic: content block {index} started twice")
-        btype = block.get("type")
+        try:
+            head = HEAD_DECODER.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise StreamProtocolError(
+                f"anthropic: undecodable content block {index}: {exc}"
+            ) from None
+        btype = head.type
         if not isinstance(btype, str):
             raise StreamProtocolError(f"anthropic: content block {index} has no type")
         if btype == "tool_use":
-            call_id, name = block.get("id"), block.get("name")
+            call_id, name, args = head.id, head.name, head.input
             if not isinstance(name, str) or not isinstance(call_id, str):
                 raise StreamProtocolError(f"anthropic: tool_use block {index} lacks id or name")
-            self._blocks[index] = _Block(_TOOL, None)
-            self._open_tools.add(index)
+            if placeholder(args):
+                # `input: {}` (documented): the input_json_delta fragments carry the input.
+                self._blocks[index] = _Block(_TOOL, None)
+                self._open_tools.add(index)
+                out.append(CallStarted(index, name, call_id=call_id))
+                return
+            # A real input in content_block_start (proxies send it whole) is never dropped:
+            # alone it is the call's arguments, as its exact wire bytes (parsed strictly and
+            # capped by the assembler). An input delta after it would be a second source;
+            # joining or picking one would be a guess, so it fails the stream (the block is
+            # kept out of `_open_tools`, so its deltas take `_block_delta`'s path).
+            text = wire.text(args, f"tool_use block {index} input")
+            self._blocks[index] = _Block(_TOOL, None, whole=True)
             out.append(CallStarted(index, name, call_id=call_id))
+            out.append(ArgumentsDelta(index, text))
             return
+        block = JSON_DECODER.decode(raw)  # an object: it decoded as `BlockHead`
         # Each non-tool block becomes one continuation item at its stop.
         self._other_blocks += 1
         if self._other_blocks > self._limits.max_continuation_items:
@@ -413,9 +351,10 @@ class AnthropicStream:
                 self._count_text(text)
                 out.append(TextDelta(text))
             return
-        self._blocks[index] = _Block(_OTHER, block)
+        # A server tool's non-empty input here is its input (echoed): no input delta may follow.
+        self._blocks[index] = _Block(_OTHER, block, whole=not placeholder(head.input))
 
-    def _block_delta(self, ev: _BlockDelta, out: list[BatchEvent]) -> None:
+    def _block_delta(self, ev: BlockDelta, out: list[BatchEvent]) -> None:
         index = ev.index
         block = self._blocks.get(index)
         if block is None or not block.open:
@@ -424,32 +363,41 @@ class AnthropicStream:
         delta = ev.delta
         if delta is None:
             raise StreamProtocolError(f"anthropic: content_block_delta {index} without delta")
-        if isinstance(delta, _TextPiece) and block.kind == _TEXT and delta.text is not None:
+        if isinstance(delta, TextPiece) and block.kind == _TEXT and delta.text is not None:
             text = delta.text
             if text:
                 self._count_text(text)
                 block.text.append(text)
                 out.append(TextDelta(text))
             return
-        if isinstance(delta, _InputJson) and delta.partial_json is not None:
+        if isinstance(delta, InputJson) and delta.partial_json is not None:
             fragment = delta.partial_json
-            if block.kind == _TOOL:
-                if fragment:
+            if block.kind != _TEXT:
+                if fragment and block.whole:
+                    raise StreamProtocolError(
+                        f"anthropic: input_json_delta for content block {index}: "
+                        "its input came whole in content_block_start"
+                    )
+                if block.kind == _OTHER:
+                    self._buffer(block, fragment, block.json)
+                elif fragment:
                     out.append(ArgumentsDelta(index, fragment))
-                return
-            if block.kind == _OTHER:
-                self._buffer(block, fragment, block.json)
                 return
         elif block.kind == _OTHER and block.data is not None:
             btype = block.data.get("type")
-            if isinstance(delta, _ThinkingPiece) and btype == "thinking":
+            if isinstance(delta, ThinkingPiece) and btype == "thinking":
                 if delta.thinking is not None:
                     self._buffer(block, delta.thinking, block.text)
                     return
-            elif isinstance(delta, _SignaturePiece) and delta.signature is not None:
-                self._buffer(block, delta.signature, block.signature)
+            elif isinstance(delta, SignaturePiece) and delta.signature is not None:
+                # The last signature given wins (the SDK's accumulator assigns it): the one
+                # it replaces no longer counts against the buffer cap.
+                if block.signature:
+                    block.nbytes -= utf8_len(block.signature)
+                self._charge(block, delta.signature)
+                block.signature = delta.signature
                 return
-        if isinstance(delta, _CitationPiece) and block.kind != _TOOL and delta.citation is not None:
+        if isinstance(delta, CitationPiece) and block.kind != _TOOL and delta.citation is not None:
             if len(block.citations) >= self._limits.max_continuation_items:
                 raise LimitExceeded(
                     "max_continuation_items", self._limits.max_continuation_items, "citations"
@@ -460,7 +408,7 @@ class AnthropicStream:
             f"anthropic: {_tag(delta)!r} delta not valid for content block {index}"
         )
 
-    def _block_stop(self, ev: _BlockStop, out: list[BatchEvent]) -> None:
+    def _block_stop(self, ev: BlockStop, out: list[BatchEvent]) -> None:
         index = ev.index
         block = self._blocks.get(index)
         if block is None or not block.open:
@@ -478,12 +426,16 @@ class AnthropicStream:
         if block.text:
             field = "text" if block.kind == _TEXT else "thinking"
             item[field] = str(item.get(field) or "") + "".join(block.text)
-        if block.signature:
-            item["signature"] = str(item.get("signature") or "") + "".join(block.signature)
+        if block.signature is not None:
+            item["signature"] = block.signature
         if block.json:
             raw = "".join(block.json)
             try:
-                item["input"] = _JSON_DECODER.decode(raw) if raw else {}
+                if raw:
+                    item["input"] = JSON_DECODER.decode(raw)
+                elif item.get("input") is None:
+                    item["input"] = {}
+                # else empty deltas change nothing: the start's input stands, as in the SDK
             except msgspec.DecodeError:
                 raise StreamProtocolError(
                     f"anthropic: {btype} block {index} input is not JSON"
@@ -495,12 +447,16 @@ class AnthropicStream:
                 *block.citations,
             ]
         # Release the buffers; the block index stays known so a reuse is still caught.
-        block.data = None
-        block.text = block.signature = block.json = []
+        block.data = block.signature = None
+        block.text = block.json = []
         block.citations = []
         out.append(ContinuationItem(btype, index, item))
 
     def _buffer(self, block: _Block, piece: str, into: list[str]) -> None:
+        self._charge(block, piece)
+        into.append(piece)
+
+    def _charge(self, block: _Block, piece: str) -> None:
         block.nbytes += utf8_len(piece)
         if block.nbytes > self._limits.max_call_argument_bytes:
             raise LimitExceeded(
@@ -508,7 +464,6 @@ class AnthropicStream:
                 self._limits.max_call_argument_bytes,
                 "anthropic buffered content block",
             )
-        into.append(piece)
 
     def _count_text(self, text: str) -> None:
         self._text_bytes += utf8_len(text)
@@ -518,23 +473,23 @@ class AnthropicStream:
 
 # Event type -> handler (after the checks of ``_event``).
 _HANDLERS: Final[dict[type, Callable[[AnthropicStream, Any, list[BatchEvent]], None]]] = {
-    _BlockDelta: AnthropicStream._block_delta,
-    _MessageStart: AnthropicStream._message_start,
-    _BlockStart: AnthropicStream._block_start,
-    _BlockStop: AnthropicStream._block_stop,
-    _MessageDelta: AnthropicStream._message_delta,
-    _MessageStop: AnthropicStream._message_stop,
-    _ErrorEvent: AnthropicStream._error,
+    BlockDelta: AnthropicStream._block_delta,
+    MessageStart: AnthropicStream._message_start,
+    BlockStart: AnthropicStream._block_start,
+    BlockStop: AnthropicStream._block_stop,
+    MessageDelta: AnthropicStream._message_delta,
+    MessageStop: AnthropicStream._message_stop,
+    ErrorEvent: AnthropicStream._error,
 }
 # Events that may come before message_start (deltas fail later, on their unknown block).
-_BEFORE_START: Final = frozenset({_BlockDelta, _ErrorEvent, _MessageStart})
+_BEFORE_START: Final = frozenset({BlockDelta, ErrorEvent, MessageStart})
 
 
 def _tag(value: msgspec.Struct) -> str:
     return str(value.__struct_config__.tag)
 
 
-def _provider_error(error: _Error | None) -> ProviderError:
+def _provider_error(error: wire.Error | None) -> ProviderError:
     code = error.type if error is not None else None
     message = error.message if error is not None else None
     return ProviderError(
@@ -543,6 +498,10 @@ def _provider_error(error: _Error | None) -> ProviderError:
 
 
 # --- encode side ---------------------------------------------------------------------------
+
+
+def _has_text(text: object) -> bool:
+    return isinstance(text, str) and not text.isspace() and text != ""
 
 
 class AnthropicAdapter:
@@ -567,8 +526,9 @@ class AnthropicAdapter:
         paused turns too (``pause_turn`` is answered by echoing and requesting again)."""
         blocks: list[tuple[int, JSON]] = []
         for item in outcome.continuation:
-            # The API rejects empty text blocks; an empty one carries nothing to keep.
-            if item.kind == "text" and not item.item.get("text"):
+            # The API rejects empty and whitespace-only text blocks ("text content blocks
+            # must contain non-whitespace text"); such a block carries nothing to keep.
+            if item.kind == "text" and not _has_text(item.item.get("text")):
                 continue
             blocks.append((item.index, dict(item.item)))
         for call in outcome.calls:

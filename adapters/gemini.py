@@ -247,14 +247,17 @@ class GeminiStream:
                 meta.candidates_token_count,
                 meta.thoughts_token_count,
                 meta.cached_content_token_count,
+                meta.tool_use_prompt_token_count,
             )
             # Every chunk repeats the running usage; report only changes.
             if counts not in (self._usage, NO_USAGE):
                 self._usage = counts
+                prompt, tool = counts[0], counts[4]
                 out.append(
                     UsageReport(
                         Usage(
-                            input_tokens=counts[0],
+                            # The tool-use prompt tokens are billed prompt tokens too.
+                            input_tokens=prompt if tool is None else token_sum(prompt, tool),
                             # candidatesTokenCount leaves the (billed) thoughts out.
                             output_tokens=token_sum(counts[1], counts[2]),
                             reasoning_tokens=counts[2],

@@ -12,9 +12,11 @@ placeholder is ignored), ``arguments_delta`` text is forwarded as fragments and
 ``step.stop`` is the done signal. A legacy ``function_call`` arrives whole in one
 ``content.delta``; its arguments object (like non-empty ``arguments`` in a step.start)
 goes to the assembler as its exact wire bytes, and no argument delta may follow it.
-Thought steps (signature, summary) and function-call signatures are kept as
-``ContinuationItem``s; of a step's payload nothing else is held. The terminal status
-maps through ``FINISH_REASONS``.
+Output text is text whether streamed (``text`` deltas) or whole in a ``model_output``
+step.start (``content`` text items; its other items become a ``ProviderDetail``, as
+unknown steps do). Thought steps (signature, summary) and function-call signatures are
+kept as ``ContinuationItem``s; of a step's payload nothing else is held. The terminal
+status maps through ``FINISH_REASONS``.
 
 Continuation is **stateful** (``previous_interaction_id``; the server keeps the model's
 turn, thought signatures included). So that the run loop's plain rule "messages = initial
@@ -60,6 +62,16 @@ from callgate.engine.core.outcome import (
 from callgate.engine.core.sse import SSEEvent
 
 from . import _interactions_wire as wire
+from ._interactions_wire import (
+    DELTA_NAMES,
+    OP_COMPLETED,
+    OP_CREATED,
+    OP_DELTA,
+    OP_ERROR,
+    OP_START,
+    OP_STOP,
+    OPS,
+)
 from ._utf8 import utf8_len
 
 __all__ = [
@@ -89,8 +101,6 @@ _RETRYABLE: Final = frozenset(
     {429, 500, 503, "429", "500", "503", "UNAVAILABLE", "RESOURCE_EXHAUSTED"}
 )
 
-
-_DELTA_NAMES: Final = frozenset({"step.delta", "content.delta"})
 
 _CALL: Final = 0
 _THOUGHT: Final = 1
@@ -168,7 +178,7 @@ class GeminiInteractionsStream:
             for event in events:
                 # Only while a call is open can a delta be a fragment: text deltas are
                 # decoded once, whole.
-                if calls and event.event in _DELTA_NAMES and not self._done:
+                if calls and event.event in DELTA_NAMES and not self._done:
                     try:
                         lean = hot(event.data)
                     except msgspec.DecodeError:
@@ -180,7 +190,7 @@ class GeminiInteractionsStream:
                             and delta.type == "arguments_delta"
                             and not delta.signature
                             and type(fragment := delta.arguments) is str
-                            and (lean.event_type or event.event) in _DELTA_NAMES
+                            and (lean.event_type or event.event) in DELTA_NAMES
                         ):
                             if fragment:
                                 indexes.append(lean.index)
@@ -203,24 +213,24 @@ class GeminiInteractionsStream:
                 f"interactions: undecodable {event.event!r} event: {exc}"
             ) from None
         etype = ev.event_type or event.event
-        op = _OPS.get(etype)
-        if op == _OP_DELTA:
+        op = OPS.get(etype)
+        if op == OP_DELTA:
             out += self._delta(ev)
             return
-        if op == _OP_ERROR:
+        if op == OP_ERROR:
             out.append(_provider_error(ev.error))
             return
         if op is None:
             return  # keep-alives and event types newer than this adapter
         if self._done:
             raise StreamProtocolError(f"interactions: {etype!r} after the interaction completed")
-        if op == _OP_START:
+        if op == OP_START:
             out += self._start(ev)
-        elif op == _OP_STOP:
+        elif op == OP_STOP:
             out += self._stop(ev.index)
-        elif op == _OP_CREATED:
+        elif op == OP_CREATED:
             out += self._created(ev.interaction)
-        elif op == _OP_COMPLETED:
+        elif op == OP_COMPLETED:
             out += self._completed(ev.interaction)
         # interaction.status_update and its per-status variants
         elif ev.status is not None:
@@ -263,7 +273,10 @@ class GeminiInteractionsStream:
                 out.append(
                     UsageReport(
                         Usage(
-                            input_tokens=usage.total_input_tokens,
+                            # The tool-use prompt tokens are billed prompt tokens too.
+                            input_tokens=token_sum(
+                                usage.total_input_tokens, usage.total_tool_use_tokens
+                            ),
                             # total_output_tokens leaves the (billed) thoughts out.
                             output_tokens=token_sum(
                                 usage.total_output_tokens, usage.total_thought_tokens
@@ -317,8 +330,13 @@ class GeminiInteractionsStream:
                     if isinstance(entry, dict) and isinstance(entry.get("text"), str):
                         self._buffer(step, entry["text"])
         elif kind == _OUTPUT:
-            if isinstance(data.text, str) and data.text:
-                return [TextDelta(data.text)]
+            # Output that came whole: its text (ModelOutputStep.content's text items) is
+            # text; other content items (image, audio, …) are kept as unknown steps are:
+            # the step, with just those items, becomes a ProviderDetail at its stop.
+            texts, others = wire.output(data)
+            if others:
+                step.detail = {**wire.value(raw, f"step {index}"), "content": others}
+            return [TextDelta(text) for text in texts]
         else:
             # The whole step becomes a ProviderDetail at its stop (one continuation
             # item, like every adapter's opaque parts): kept, and counted, as that.
@@ -461,7 +479,7 @@ class GeminiInteractionsStream:
                 item["summary"] = [{"type": "text", "text": "".join(step.summary)}]
             step.summary = []
             return [ContinuationItem("thought", index, item)]
-        if kind == _OTHER:
+        if kind == _OTHER or step.detail is not None:
             detail, step.detail = step.detail, None
             return [ProviderDetail("interactions_step", detail or {})]
         return []
@@ -482,26 +500,6 @@ class GeminiInteractionsStream:
                 "interactions thought summary",
             )
         step.summary.append(text)
-
-
-_OP_DELTA, _OP_START, _OP_STOP, _OP_CREATED, _OP_COMPLETED, _OP_STATUS, _OP_ERROR = range(7)
-# Both formats' event names (steps format, then legacy) -> what to do.
-_OPS: Final = {
-    "step.delta": _OP_DELTA,
-    "content.delta": _OP_DELTA,
-    "step.start": _OP_START,
-    "content.start": _OP_START,
-    "step.stop": _OP_STOP,
-    "content.stop": _OP_STOP,
-    "interaction.created": _OP_CREATED,
-    "interaction.start": _OP_CREATED,
-    "interaction.completed": _OP_COMPLETED,
-    "interaction.complete": _OP_COMPLETED,
-    "interaction.status_update": _OP_STATUS,
-    "interaction.in_progress": _OP_STATUS,
-    "interaction.requires_action": _OP_STATUS,
-    "error": _OP_ERROR,
-}
 
 
 def _provider_error(error: wire.Error | None) -> ProviderError:

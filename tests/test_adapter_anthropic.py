@@ -594,3 +594,82 @@ def test_build_request_and_auth() -> None:
     bare = ADAPTER.build_request(model="m", messages=[], tools=[], max_tokens=10)
     assert bare.body == {"model": "m", "messages": [], "stream": True, "max_tokens": 10}
     assert ADAPTER.auth_headers("k") == {"x-api-key": "k", "anthropic-version": "2023-06-01"}
+
+
+def test_echo_leaves_out_whitespace_only_text_blocks() -> None:
+    # The API answers 400 "text content blocks must contain non-whitespace text"; a model
+    # (or a server tool turn) can still stream a block that is only line breaks.
+    body = text_then_tool_use_body("\n\n")
+    outcome = decode("anthropic", [body])
+    assert outcome.kind is OutcomeKind.TOOL_PROPOSALS and outcome.text == "\n\n"
+    [message] = ADAPTER.assistant_echo(outcome)
+    assert [block["type"] for block in message["content"]] == ["tool_use"]
+    kept = decode("anthropic", [text_then_tool_use_body(" ok ")])
+    [message] = ADAPTER.assistant_echo(kept)
+    assert message["content"][0] == {"type": "text", "text": " ok "}
+
+
+def text_then_tool_use_body(text: str) -> bytes:
+    events = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "claude-x",
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": {"input_tokens": 3, "output_tokens": 1},
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": text},
+            },
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 1,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": '{"a": 1}'},
+            },
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 1}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": 5},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return b"".join(
+        f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events
+    )  # fmt: skip
