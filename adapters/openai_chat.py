@@ -9,7 +9,8 @@ decides what a turn means beyond its finish-reason table.
 Chat has no per-call "arguments done" event: the first chunk with a non-null
 ``finish_reason`` closes every started call, and the ``data: [DONE]`` sentinel is the
 terminal signal: a stream that ends after the finish chunk but without ``[DONE]`` was cut
-and is truncated, like any other cut. The first finish decides: a repeated one changes
+and is truncated, like any other cut; a repeated ``[DONE]`` is ignored, any other data
+after it is a protocol error. The first finish decides: a repeated one changes
 nothing, and a tool-call fragment after it (a new call, or more of a closed one) is a
 protocol error, never a call the finish did not cover. A fragment without an index is
 keyed by its id: it continues the call that started with that id (with or without an
@@ -18,7 +19,7 @@ index), or starts a new one. Only choice 0 is read (``n>1`` is not supported).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from operator import attrgetter
 from typing import cast
 
@@ -115,8 +116,8 @@ class _ChunkView(_BodyView, frozen=True, gc=False):
     model: str | None = None
 
 
-# Chunks up to the first one naming the response are read with the id/model; after
-# that the lighter view skips those two strings on every chunk.
+# Chunks are read with the id/model until a non-empty one of each came (nearly always
+# the first chunk); after that the lighter view skips those two strings on every chunk.
 _CHUNK = msgspec.json.Decoder(_ChunkView)
 _BODY = msgspec.json.Decoder(_BodyView)
 
@@ -142,8 +143,10 @@ class OpenAIChatStream:
         "_extra_choice_noted",
         "_fast",
         "_finish",
+        "_id_known",
         "_max_calls",
         "_meta_sent",
+        "_model_known",
         "_open",
     )
 
@@ -159,10 +162,14 @@ class OpenAIChatStream:
         self._by_id: dict[str, int | None] = {}
         self._finish: str | None = None
         self._done = False
+        # Whether the response id and the model were reported (an empty string is no
+        # value), and both were: chunks are read with the id/model view until then.
+        self._id_known = False
+        self._model_known = False
         self._meta_sent = False
-        # The fragment fast path of ``decode_batch``: after the meta chunk, before the
-        # first finish and [DONE] (what follows those takes ``_event``, which checks).
-        self._fast = False
+        # The fragment fast path of ``decode_batch``: before the first finish and [DONE]
+        # (what follows those takes ``_event``, which checks).
+        self._fast = True
         self._extra_choice_noted = False
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
@@ -175,7 +182,11 @@ class OpenAIChatStream:
         argument fragment of a started call (nearly every chunk of a long call) are
         collected into one ``ArgumentsRun``; every other chunk goes through ``_chunk``.
         Events before an error are in ``out`` when it is raised."""
-        decode = _BODY.decode
+        # Until the id and the model both came, the fast path reads them too (``lean`` is
+        # False): a chunk that names one not yet reported takes ``_chunk`` after ``_meta``.
+        # Only a chunk that takes ``_chunk`` or ``_event`` can change that.
+        lean = self._meta_sent
+        decode: Callable[[SSEData], _BodyView] = _BODY.decode if lean else _CHUNK.decode
         calls = self._calls
         indexes: list[int] = []
         pieces: list[str] = []
@@ -217,6 +228,7 @@ class OpenAIChatStream:
                                     and not call.id
                                     and function is not None
                                     and not function.name
+                                    and (lean or not self._meta(chunk, None))
                                 ):
                                     if function.arguments:
                                         indexes.append(call.index)
@@ -226,10 +238,14 @@ class OpenAIChatStream:
                     indexes, pieces = [], []
                     mark = len(out)
                     try:
+                        if not lean:
+                            self._meta(chunk, out)
                         self._chunk(chunk, out)
                     except Exception:
                         del out[mark:]  # an event is translated whole or not at all
                         raise
+                    if not lean and self._meta_sent:
+                        lean, decode = True, _BODY.decode
                     continue
                 append_fragments(out, indexes, pieces)
                 indexes, pieces = [], []
@@ -239,6 +255,8 @@ class OpenAIChatStream:
                 except Exception:
                     del out[mark:]
                     raise
+                if not lean and self._meta_sent:
+                    lean, decode = True, _BODY.decode
         except RecursionError:
             # msgspec's own guard against nesting (even in a field no view reads).
             raise StreamProtocolError("openai_chat: an event nests too deeply to decode") from None
@@ -247,6 +265,8 @@ class OpenAIChatStream:
 
     def _event(self, data: SSEData, out: list[BatchEvent]) -> None:
         if self._done:
+            if bytes(data).strip() == _DONE:
+                return  # a repeated sentinel (some servers send two) ends nothing more
             raise StreamProtocolError("openai_chat: data after the [DONE] sentinel")
         if data == _DONE:
             self._terminal(out)
@@ -257,16 +277,29 @@ class OpenAIChatStream:
             if self._meta_sent:
                 chunk: _BodyView = _BODY.decode(data)
             else:
-                head = _CHUNK.decode(data)
-                if head.id is not None or head.model is not None:
-                    self._meta_sent = True
-                    self._fast = self._finish is None
-                    out.append(ResponseMeta(head.id, head.model))
-                chunk = head
+                chunk = _CHUNK.decode(data)
+                self._meta(chunk, out)
         except msgspec.DecodeError as exc:
             self._undecodable(data, exc, out)
             return
         self._chunk(chunk, out)
+
+    def _meta(self, chunk: _BodyView, out: list[BatchEvent] | None) -> bool:
+        """Report the id and the model each the first time a chunk (read with the id/model
+        view) gives a non-empty one: Azure's first chunk has ``"id":"","model":""``, and
+        some servers name the model only after the first chunk. With ``out`` None, only
+        whether the chunk has one to report. Once both came, the lighter view reads."""
+        head = cast("_ChunkView", chunk)
+        rid = None if self._id_known else head.id or None
+        model = None if self._model_known else head.model or None
+        if rid is None and model is None:
+            return False
+        if out is not None:
+            out.append(ResponseMeta(rid, model))
+            self._id_known = self._id_known or rid is not None
+            self._model_known = self._model_known or model is not None
+            self._meta_sent = self._id_known and self._model_known
+        return True
 
     def _undecodable(self, data: SSEData, exc: msgspec.DecodeError, out: list[BatchEvent]) -> None:
         # bytes() returns bytes as they are and copies a view (once: this error ends

@@ -210,6 +210,8 @@ class OpenAIResponsesStream:
             try:
                 name = wire.TYPE.decode(event.data).type
             except msgspec.DecodeError as exc:
+                if bytes(event.data).strip() == b"[DONE]":
+                    return []  # an end-of-stream marker (LiteLLM); only a terminal event ends
                 raise StreamProtocolError(f"openai_responses: undecodable event: {exc}") from None
             handler = _HANDLERS.get(name)
             if handler is None:
@@ -236,8 +238,8 @@ class OpenAIResponsesStream:
         if self._meta_sent:
             return []
         response = wire.LIFECYCLE.decode(data).response
-        if response is None:
-            return []
+        if response is None or not (response.id or response.model):
+            return []  # an empty id or model is no value: a later event may give one
         self._meta_sent = True
         return [ResponseMeta(response.id, response.model)]
 
@@ -411,7 +413,7 @@ class OpenAIResponsesStream:
         self._terminal = True
         response = wire.LIFECYCLE.decode(data).response or wire.ResponseView()
         out: list[EngineEvent] = []
-        if not self._meta_sent and (response.id is not None or response.model is not None):
+        if not self._meta_sent and (response.id or response.model):
             self._meta_sent = True
             out.append(ResponseMeta(response.id, response.model))
         if response.usage is not None:

@@ -119,9 +119,11 @@ class TurnAssembler:
         self._calls.done(ev.index, ev.arguments, ev.raw, ev.literal)
 
     def _on_meta(self, ev: ResponseMeta) -> None:
-        if ev.response_id is not None and self._response_id is None:
+        # The first non-empty value of each counts: an empty id or model is no value (a
+        # later one still counts), so derived call ids never hash an empty response id.
+        if ev.response_id and self._response_id is None:
             self._response_id = ev.response_id
-        if ev.model is not None and self._model is None:
+        if ev.model and self._model is None:
             self._model = ev.model
 
     def _on_usage(self, ev: UsageReport) -> None:
