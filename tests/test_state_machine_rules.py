@@ -65,6 +65,7 @@ from callgate.engine.store import (
     ApprovalExpired,
     ApprovalRecord,
     Began,
+    InFlight,
     LedgerState,
     MemoryStore,
     Replay,
@@ -429,7 +430,11 @@ class OperationMachine(RuleBasedStateMachine):
                 self._record(item, result, False)
             else:
                 self._go(OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE)
-        else:  # Conflict / InFlight: another attempt holds the intent
+        elif isinstance(decision, InFlight):
+            # A previous attempt still holds the row within its lease: its effect may have
+            # happened and nothing can tell yet, so a person decides (never a conflict).
+            self._go(OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE)
+        else:  # Conflict: the same intent already ran with other arguments
             self.pending.pop(0)
             envelope = ErrorEnvelope.of(ErrorCode.IDEMPOTENCY_CONFLICT).to_model_result()
             self._record(item, envelope, True)

@@ -17,7 +17,7 @@ import re
 
 import msgspec
 
-__all__ = ["ErrorCode", "ErrorEnvelope", "safe_validation_detail"]
+__all__ = ["RAN_WITHOUT_RESULT", "ErrorCode", "ErrorEnvelope", "safe_validation_detail"]
 
 
 class ErrorCode(enum.StrEnum):
@@ -62,6 +62,12 @@ _MESSAGES: dict[ErrorCode, str] = {
         "A call with the same business intent already ran with different arguments."
     ),
 }
+
+# The detail of an ``outcome_unknown`` for a side-effecting tool whose handler returned a
+# value that cannot be sent back (not JSON data): the effect ran, its result is lost.
+RAN_WITHOUT_RESULT = (
+    "The tool ran, but its result could not be returned; do not call it again to find out."
+)
 
 # Whether proposing the call again (possibly corrected) may succeed. A hint for the model,
 # never for the engine: outcome_unknown is False because a blind retry may repeat a side

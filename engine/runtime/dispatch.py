@@ -9,7 +9,9 @@ envelope with fixed, safe text (the exception's text stays in the audit, redacte
 Side-effecting tools (risk ``write``/``irreversible``) go through the ledger keyed by
 ``(tenant, idempotency key)``: a finished key replays its stored result without running
 the handler; a key whose earlier attempt may have had its effect (a timeout, a crash) is
-first reconciled through the tool's ``reconcile`` hook and never retried blindly.
+first reconciled through the tool's ``reconcile`` hook and never retried blindly; a key
+an earlier attempt still holds in flight (within its lease: a killed worker, a failed
+``ledger_finish``) is ``outcome_unknown`` and stops the operation for a human.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import anyio
 import msgspec
 
 from callgate.engine.core.canonical import canonical_json
-from callgate.engine.core.envelope import ErrorCode, ErrorEnvelope
+from callgate.engine.core.envelope import RAN_WITHOUT_RESULT, ErrorCode, ErrorEnvelope
 from callgate.engine.core.errors import StoreError
 from callgate.engine.core.outcome import ProposedCall
 from callgate.engine.core.registry import AuthContext, ToolContext, ToolSpec
@@ -128,10 +130,19 @@ async def execute_calls(
     # Start times by position; None until the call got its limiter slots and began.
     started: list[float | None] = [None] * len(items)
     budget = remaining_seconds if math.isfinite(remaining_seconds) else None
-    with anyio.move_on_after(budget):
-        async with anyio.create_task_group() as tg:
-            for i, item in enumerate(items):
-                tg.start_soon(_run_one, i, item, ctx, results, started)
+    try:
+        with anyio.move_on_after(budget):
+            async with anyio.create_task_group() as tg:
+                for i, item in enumerate(items):
+                    tg.start_soon(_run_one, i, item, ctx, results, started)
+    except BaseExceptionGroup as group:
+        # A call that raised (a store error, a host's progress sink) reaches the host as
+        # itself, so ``except StoreUnavailable`` works and an escalated stop names the
+        # real type; several at once stay a group.
+        sole = _sole_failure(group)
+        if sole is None:
+            raise
+        raise sole from group
     out: list[CallResult] = []
     for i, item in enumerate(items):
         result = results[i]
@@ -153,6 +164,28 @@ async def execute_calls(
             )
         out.append(result)
     return out
+
+
+def _sole_failure(group: BaseExceptionGroup[BaseException]) -> Exception | None:
+    """The one exception of ``group`` (nested groups flattened) that is not a
+    cancellation, or None when there are several or none, or when it is no ``Exception``.
+
+    A ``BaseException`` (SystemExit, KeyboardInterrupt) stays in its group: raised bare
+    out of a coroutine, asyncio re-raises it straight out of the event loop, which then
+    skips its shutdown (anyio's worker threads are never stopped: the process hangs at
+    exit), while a group unwinds the loop normally."""
+    cancelled = anyio.get_cancelled_exc_class()
+    found: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        elif not isinstance(exc, cancelled):
+            found.append(exc)
+    if len(found) == 1 and isinstance(found[0], Exception):
+        return found[0]
+    return None
 
 
 async def _run_one(
@@ -236,9 +269,20 @@ async def _run_limited(
             if isinstance(stored, dict):
                 return done(stored, "replayed", ran=False, detail="idempotency replay")
             return done(_envelope(ErrorCode.HANDLER_ERROR), "handler_error", ran=False)
-        if isinstance(decision, Conflict | InFlight):
+        if isinstance(decision, Conflict):
             code = ErrorCode.IDEMPOTENCY_CONFLICT
-            return done(_envelope(code), code.value, ran=False, detail=type(decision).__name__)
+            return done(_envelope(code), code.value, ran=False, detail="Conflict")
+        if isinstance(decision, InFlight):
+            # An earlier attempt of this same call (same key, same arguments) still holds
+            # the key within its lease: a worker killed mid-handler, a handler that raised
+            # past the engine (SystemExit, KeyboardInterrupt), a ledger_finish that failed.
+            # Its effect may have happened; nothing here can tell, so stop for a human.
+            code = ErrorCode.OUTCOME_UNKNOWN
+            detail = (
+                f"a previous attempt of this call is still in flight (ledger "
+                f"{decision.state.value}, held by {decision.owner}, since {decision.since:.3f})"
+            )
+            return done(_envelope(code), code.value, ran=False, unresolved=True, detail=detail)
         if isinstance(decision, Unknown):
             return await _reconcile(item, key, owner, store, ctx, done)
         assert isinstance(decision, Began)
@@ -291,8 +335,10 @@ async def _run_limited(
             return done(result, "handler_error", ran=True, detail=type(exc).__name__)
         span.set_outcome("ok")
 
-    model_result, status = _shape(value, spec, ctx)
+    model_result, status, detail = _shape(value, spec, ctx)
     if store is not None and key is not None:
+        # The handler returned, so the call is finished whatever its value: a retry
+        # under this key replays this answer instead of running the effect again.
         await store.ledger_finish(
             ctx.auth.tenant,
             key,
@@ -301,20 +347,29 @@ async def _run_limited(
             canonical_json(model_result),
             now=ctx.clock(),
         )
-    return done(model_result, status, ran=True)
+    return done(model_result, status, ran=True, detail=detail)
 
 
-def _shape(value: Any, spec: ToolSpec, ctx: DispatchContext) -> tuple[dict[str, Any], str]:
-    """The model-facing result of a handler's return value, within the size limit."""
+def _shape(value: Any, spec: ToolSpec, ctx: DispatchContext) -> tuple[dict[str, Any], str, str]:
+    """The model-facing result of a handler's return value, within the size limit, with
+    its status and an audit-only detail."""
     try:
         model_result = _ok(value)
         size = len(canonical_json(model_result))
-    except Exception:  # not JSON data: a host bug, answered safely
-        return _envelope(ErrorCode.HANDLER_ERROR), ErrorCode.HANDLER_ERROR.value
+    except Exception as exc:  # not JSON data: a host bug, answered safely
+        detail = f"the handler's value is not JSON data ({type(exc).__name__})"
+        if spec.is_side_effect:
+            # The handler returned: its effect happened, only its value cannot go back.
+            # "The tool failed" would invite a retry (reworded, under a new key) that
+            # repeats the effect; say it ran and must not be retried blindly.
+            code = ErrorCode.OUTCOME_UNKNOWN
+            envelope = ErrorEnvelope.of(code, RAN_WITHOUT_RESULT).to_model_result()
+            return envelope, code.value, detail
+        return _envelope(ErrorCode.HANDLER_ERROR), ErrorCode.HANDLER_ERROR.value, detail
     limit = spec.max_result_bytes or ctx.max_result_bytes
     if size > min(limit, ctx.max_result_bytes):
-        return _envelope(ErrorCode.RESULT_TOO_LARGE), ErrorCode.RESULT_TOO_LARGE.value
-    return model_result, "ok"
+        return _envelope(ErrorCode.RESULT_TOO_LARGE), ErrorCode.RESULT_TOO_LARGE.value, ""
+    return model_result, "ok", ""
 
 
 async def _invoke(spec: ToolSpec, args: Any, tool_ctx: ToolContext, slots: _Slots) -> Any:
@@ -463,7 +518,7 @@ async def _reconcile(  # noqa: PLR0917 - internal helper, called once
             detail="reconcile found no record of the earlier attempt",
         )
         return result
-    model_result, status = _shape(found, spec, ctx)
+    model_result, status, shaped = _shape(found, spec, ctx)
     await store.ledger_resolve_unknown(
         ctx.auth.tenant,
         key,
@@ -476,6 +531,6 @@ async def _reconcile(  # noqa: PLR0917 - internal helper, called once
         model_result,
         "replayed" if status == "ok" else status,
         ran=False,
-        detail="reconciled by idempotency key",
+        detail="; ".join(filter(None, ("reconciled by idempotency key", shaped))),
     )
     return result

@@ -43,7 +43,13 @@ from callgate.engine.core.validation import (
 from callgate.engine.store.base import ApprovalRecord, ApprovalStatus, OperationRecord, Store
 from callgate.engine.store.errors import ApprovalAlreadyConsumed, ApprovalExpired
 
-from .operation import SNAPSHOT_DECODER, CallSummary, OperationResult, OperationSnapshot
+from .operation import (
+    SNAPSHOT_DECODER,
+    CallSummary,
+    DriveMarks,
+    OperationResult,
+    OperationSnapshot,
+)
 from .progress import (
     OperationEnded,
     ProgressEvent,
@@ -69,11 +75,11 @@ class Runner:
 
     ``claim_stale_after`` (seconds, default None): lets ``resume`` take over an operation
     still claimed by a worker that has not written it for that long — one that died
-    mid-resume (a failure that raises releases its claim itself) is resumed from its
-    pause; one that died mid-start is ended ``escalated`` (nothing can replay a start
-    without asking the model again). None keeps claims exclusive until their owner
-    releases them. A worker writes the operation only when it
-    claims it and when its drive ends, so the value must exceed the longest drive (the
+    mid-resume (a failure that raises releases its claim itself, see ``resume``) is
+    resumed from its pause; one that died mid-start is ended ``escalated`` (nothing can
+    replay a start without asking the model again). None keeps claims exclusive until
+    their owner releases them. A worker writes the operation only when it claims it and
+    when its drive ends, so the value must exceed the longest drive (the
     ``deadline_seconds`` budget, handler deadlines included) plus clock skew between
     workers: a live drive taken over is fenced at its final write, and the idempotency
     ledger keeps its side effects single, but its model requests are repeated.
@@ -196,9 +202,16 @@ class Runner:
 
     async def resume(self, operation_id: str) -> OperationResult:
         """Continue an operation paused for approval, from any worker and process. Exactly
-        one concurrent caller wins the claim; the others get the state as it stands. If
-        this resume raises (or is cancelled), its claim is released before the error
-        propagates, so the next resume by any worker can proceed."""
+        one concurrent caller wins the claim; the others get the state as it stands.
+
+        If this resume raises (or is cancelled), its claim is released before the error
+        propagates. A failure before the resumed drive sent its first model request leaves
+        the pause as last persisted, so the next resume by any worker replays the approved
+        calls (consumed approvals still count, the idempotency ledger answers calls that
+        already ran). Once the drive has asked the model again, an exception ends the
+        operation ``escalated`` (``DRIVE_FAILED``), as a failed start does: a replay would
+        ask the model again, and a call reworded under a new idempotency key would repeat
+        its side effect. A cancelled resume is only released."""
         store = self._need_store()
         now = self._clock()
         token = await store.claim_operation(
@@ -210,7 +223,8 @@ class Runner:
         )
         if token is None:  # not claimable (another worker holds it, or not paused)
             return await self._settle_stuck(operation_id, now)
-        async with self._released_on_failure(operation_id, token):
+        marks = DriveMarks()  # this drive's own: the runner may drive others meanwhile
+        async with self._released_on_failure(operation_id, token, marks=marks):
             record = await store.get_operation(operation_id)
             if record is None:
                 raise StoreError(f"no operation {operation_id}")
@@ -222,7 +236,7 @@ class Runner:
             if decisions is None:  # someone has not decided yet: stay paused, release
                 await self._persist(snap, lease, release=True)
                 return self._result(snap)
-            return await self._drive(snap, lease, decisions=decisions)
+            return await self._drive(snap, lease, decisions=decisions, marks=marks)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -232,6 +246,7 @@ class Runner:
         lease: tuple[int, int] | None,
         *,
         decisions: dict[str, ApprovalDecision] | None = None,
+        marks: DriveMarks | None = None,
     ) -> OperationResult:
         now = self._clock()
         tracker = BudgetTracker.restore(self.budgets, snap.tracker, now=now)
@@ -239,7 +254,7 @@ class Runner:
             secret=self._audit_secret, start_seq=snap.audit_seq, prev_digest=snap.audit_head
         )
         async with contextlib.AsyncExitStack() as stack:
-            run = OperationDrive(self, snap, tracker, audit, stack)
+            run = OperationDrive(self, snap, tracker, audit, stack, marks=marks or DriveMarks())
             if decisions is not None:
                 await run.to(OpInput.RESUMED)
                 await run.validate(decisions)
@@ -344,18 +359,31 @@ class Runner:
 
     @contextlib.asynccontextmanager
     async def _released_on_failure(
-        self, operation_id: str, token: int, *, escalate: bool = False
+        self,
+        operation_id: str,
+        token: int,
+        *,
+        escalate: bool = False,
+        marks: DriveMarks | None = None,
     ) -> AsyncIterator[None]:
-        """Release the claim held under ``token`` if the body raises or is cancelled. With
-        ``escalate`` (a start: nothing could replay it), a body that raised ends the
-        operation ``escalated`` instead; a cancelled one is only released."""
+        """Release the claim held under ``token`` if the body raises or is cancelled.
+
+        A body that raised (an ``Exception``) ends the operation ``escalated`` instead when
+        nothing could replay it safely: always with ``escalate`` (a start: replaying it
+        means asking the model again), and for a resume once its drive's ``marks`` say it
+        sent a model request (before that, replaying the approved calls from the pause is
+        safe). A cancelled body, or one that raised a ``BaseException``, is only released.
+        """
         try:
             yield
         except BaseException as exc:
-            if escalate and isinstance(exc, Exception):
+            asked = marks is not None and marks.asked_model
+            if (escalate or asked) and isinstance(exc, Exception):
                 # (The type only: an exception's text may quote arguments or credentials.)
-                stop = _drive_failed(f"the drive raised {type(exc).__name__}")
-                await self._release(operation_id, token, exc, stop=stop)
+                what = f"the drive raised {type(exc).__name__}"
+                if not escalate:
+                    what = f"the resumed drive raised {type(exc).__name__} after asking the model"
+                await self._release(operation_id, token, exc, stop=_drive_failed(what))
             else:
                 await self._release(operation_id, token, exc)
             raise
@@ -396,8 +424,10 @@ class Runner:
         # and the idempotency ledger answers calls that already ran. The cost: the failed
         # attempt's audit records stay in the sink, and the retry's records chain again
         # from the persisted head (a branch in the trail that shows both attempts).
-        # With ``stop`` the persisted snapshot ends there instead (a start's: nothing can
-        # replay from the operation as created without asking the model again).
+        # With ``stop`` the persisted snapshot ends there instead, when replaying from it
+        # would ask the model again (a start's operation as created, or the pause of a
+        # resume whose drive already sent a model request): the model may word a call that
+        # already ran differently, under a new idempotency key, and repeat its effect.
         store = self._need_store()
         deadline = anyio.current_time() + _RELEASE_TIMEOUT
         with anyio.CancelScope(shield=True, deadline=deadline) as scope:

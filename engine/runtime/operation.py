@@ -1,6 +1,7 @@
 """The durable records of an operation: the snapshot persisted at every pause (everything
 a fresh process needs to continue), and what the host gets back (``OperationResult``,
-``CallSummary``). Values only; no I/O."""
+``CallSummary``), and what one drive has done that its failure must account for
+(``DriveMarks``). Values only; no I/O."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ from callgate.engine.core.states import (
     StopInfo,
 )
 
-__all__ = ["SNAPSHOT_DECODER", "CallSummary", "OperationResult", "OperationSnapshot"]
+__all__ = [
+    "SNAPSHOT_DECODER",
+    "CallSummary",
+    "DriveMarks",
+    "OperationResult",
+    "OperationSnapshot",
+]
 
 
 class CallSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,3 +77,19 @@ class OperationResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 SNAPSHOT_DECODER = msgspec.json.Decoder(OperationSnapshot)
+
+
+class DriveMarks:
+    """What one drive (one ``start`` or ``resume`` call) has done that the last persisted
+    snapshot does not show. One per drive, never per ``Runner``: a runner drives many
+    operations at once.
+
+    ``asked_model`` is set just before the drive sends a model request. From then on,
+    replaying the drive from its last persisted point would ask the model again, and the
+    model may word a call that already ran differently (a new idempotency key: its side
+    effect would run twice); so a failure after it ends the operation ``escalated``."""
+
+    __slots__ = ("asked_model",)
+
+    def __init__(self) -> None:
+        self.asked_model = False

@@ -48,7 +48,7 @@ from callgate.engine.core.validation import (
 from callgate.engine.store.base import ApprovalRecord
 
 from .dispatch import CallResult, DispatchContext, execute_calls
-from .operation import CallSummary, OperationSnapshot
+from .operation import CallSummary, DriveMarks, OperationSnapshot
 from .progress import (
     ApprovalRequested,
     CallPreparing,
@@ -79,8 +79,11 @@ class OperationDrive:
         tracker: BudgetTracker,
         audit: AuditChain,
         stack: contextlib.AsyncExitStack,
+        *,
+        marks: DriveMarks,
     ) -> None:
         self.r = runner
+        self.marks = marks
         # The host's client, or one opened on first use and closed with ``stack``: one per
         # drive (a client is bound to its event loop), never one per turn.
         self.client = runner._client
@@ -187,6 +190,7 @@ class OperationDrive:
                 r._tls = httpx.create_ssl_context()
             client = httpx.AsyncClient(verify=r._tls)
             self.client = await self.stack.enter_async_context(client)
+        self.marks.asked_model = True  # from here on, a replay would ask the model again
         attempt = await stream_turn(
             self.client,
             r._adapter,
@@ -331,13 +335,17 @@ class OperationDrive:
                     },
                     redact=self._sensitive(res.tool, arguments=False),
                 )
-            if any(res.unresolved for res in results.values()):
-                # A side effect may have happened and reconciliation could not settle it:
-                # keep every result in the audit and stop for a human, sending nothing.
+            unresolved = [res for res in results.values() if res.unresolved]
+            if unresolved:
+                # A side effect may have happened and nothing could settle it: keep every
+                # result in the audit and stop for a human, sending nothing.
                 if await self.bind(verdicts, results, decisions) is not None:
+                    which = "; ".join(
+                        f"{u.tool} ({u.call.call_id}): {u.detail}" for u in unresolved
+                    )
                     await self.stop(
                         OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE,
-                        "a side effect's outcome is unknown and reconciliation found no record",
+                        f"a side effect's outcome is unknown and could not be reconciled: {which}",
                         outcome.raw_reason,
                     )
                 return
