@@ -1,12 +1,15 @@
 """OpenAI Responses wire views: the fields of each streamed event the adapter reads,
 decoded by msgspec (gc=False: decoded JSON has no cycles), the usage object as engine
-``Usage``, and the check that a function call's raw ``arguments`` member is a string.
+``Usage``, the check that a function call's raw ``arguments`` member is a string, and
+an output item rewritten as the next request's input item.
 
 Owns no state and emits no engine event; ``openai_responses.py`` translates what these
 views hold.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import msgspec
 
@@ -30,6 +33,7 @@ __all__ = [
     "TEXT_DONE",
     "TYPE",
     "ResponseView",
+    "input_item",
     "string_literal",
     "usage",
 ]
@@ -173,3 +177,24 @@ def string_literal(value: msgspec.Raw | None, index: int) -> msgspec.Raw | None:
     raise StreamProtocolError(
         f"openai_responses: function_call at output_index {index} has non-string arguments"
     )
+
+
+# --- encode side -------------------------------------------------------------------------
+
+# Output-only fields the API rejects when an item is sent back as input ("Unknown
+# parameter: 'input[N].status'" on reasoning items). A message keeps its status: the
+# input schema requires it there.
+_OUTPUT_ONLY = {"reasoning": ("status",), "function_call": ("status",)}
+
+
+def input_item(kind: str, item: dict[str, Any]) -> dict[str, Any]:
+    """An output item as the next request's input item (a copy; the outcome is frozen)."""
+    echoed = dict(item)
+    for field in _OUTPUT_ONLY.get(kind, ()):
+        echoed.pop(field, None)
+    if kind == "reasoning":
+        if echoed.get("summary") is None:
+            echoed["summary"] = []  # required on input
+        if "content" in echoed and not echoed["content"]:
+            del echoed["content"]  # an empty (or null) reasoning_text list carries nothing
+    return echoed

@@ -477,24 +477,6 @@ _HANDLERS: dict[str, _Handler] = {
 
 # --- encode side ---------------------------------------------------------------------------
 
-# Output-only fields the API rejects when an item is sent back as input ("Unknown
-# parameter: 'input[N].status'" on reasoning items). A message keeps its status: the
-# input schema requires it there.
-_OUTPUT_ONLY = {"reasoning": ("status",), "function_call": ("status",)}
-
-
-def _input_item(kind: str, item: dict[str, Any]) -> JSON:
-    """An output item as the next request's input item (a copy; the outcome is frozen)."""
-    echoed: JSON = dict(item)
-    for field in _OUTPUT_ONLY.get(kind, ()):
-        echoed.pop(field, None)
-    if kind == "reasoning":
-        if echoed.get("summary") is None:
-            echoed["summary"] = []  # required on input
-        if "content" in echoed and not echoed["content"]:
-            del echoed["content"]  # an empty (or null) reasoning_text list carries nothing
-    return echoed
-
 
 class OpenAIResponsesAdapter:
     """Responses adapter: decode side (``new_stream``) and stateless encode side."""
@@ -521,10 +503,11 @@ class OpenAIResponsesAdapter:
         calls = {call.index: call for call in outcome.calls}
         ordered: list[tuple[int, int, JSON]] = []
         has_message = False
+        echoed_ids: set[object] = set()  # a repeated call id gets no result: not echoed
         for cont in outcome.continuation:
             if cont.kind == "reasoning" and not cont.item.get("encrypted_content"):
                 continue
-            echoed = _input_item(cont.kind, cont.item)
+            echoed = wire.input_item(cont.kind, cont.item)
             if cont.kind == "function_call":
                 call = calls.pop(cont.index, None)
                 if call is not None and not echoed.get("call_id"):
@@ -535,6 +518,9 @@ class OpenAIResponsesAdapter:
                     # endpoints send it): the call's own bytes are the same text.
                     raw = call.raw_arguments if call is not None else b""
                     echoed["arguments"] = raw.decode("utf-8", "replace")
+                if echoed.get("call_id") in echoed_ids:
+                    continue
+                echoed_ids.add(echoed.get("call_id"))
             elif cont.kind == "message":
                 has_message = True
             ordered.append((cont.index, 0, echoed))
@@ -543,6 +529,9 @@ class OpenAIResponsesAdapter:
             ordered.append((-1, 0, {"role": "assistant", "content": outcome.text}))
         for call in calls.values():
             # A call whose output_item.done never came: rebuild it from what was streamed.
+            if call.call_id in echoed_ids:
+                continue
+            echoed_ids.add(call.call_id)
             rebuilt: JSON = {"type": "function_call"}
             if call.item_id is not None:
                 rebuilt["id"] = call.item_id

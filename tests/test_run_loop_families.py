@@ -376,8 +376,28 @@ async def test_invalid_argument_detail_names_the_path_not_the_value() -> None:
     assert ran == []
 
 
+def echoed_call_ids(provider: str, body: dict[str, Any]) -> list[str]:
+    """The call ids of the model turn echoed in a follow-up request body."""
+    if provider == "openai_chat":
+        return [
+            tc["id"] for m in body["messages"] if m["role"] == "assistant"
+            for tc in m.get("tool_calls", ())
+        ]  # fmt: skip
+    if provider == "openai_responses":
+        return [i["call_id"] for i in body["input"] if i.get("type") == "function_call"]
+    if provider == "anthropic":
+        return [
+            b["id"] for m in body["messages"] if m["role"] == "assistant"
+            for b in m["content"] if b["type"] == "tool_use"
+        ]  # fmt: skip
+    return [
+        p["functionCall"]["id"] for c in body["contents"] if c["role"] == "model"
+        for p in c["parts"] if "functionCall" in p
+    ]  # fmt: skip
+
+
 @pytest.mark.anyio
-@pytest.mark.parametrize("provider", ["openai_chat", "anthropic"])
+@pytest.mark.parametrize("provider", ["openai_chat", "openai_responses", "anthropic", "gemini"])
 async def test_repeated_call_id_is_answered_once_and_the_operation_goes_on(
     provider: str,
 ) -> None:
@@ -394,8 +414,11 @@ async def test_repeated_call_id_is_answered_once_and_the_operation_goes_on(
         ("dup", "ok"),
         ("dup", "duplicate_call"),
     ]
-    # Providers key results by call id: exactly one result for the id.
+    # Providers key results by call id: exactly one result for the id, and the echo
+    # holds the call it answers, not the repeat (Anthropic and Gemini answer 400 to calls
+    # and results that do not pair up).
     assert [(w.call_id, w.payload) for w in wire] == [("dup", {"result": 1})]
+    assert echoed_call_ids(provider, server.requests[1].json()) == ["dup"]
     assert [e.code for e in progress.of(CallRejected)] == ["duplicate_call"]
     progress.path()
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
+import msgspec
 
 from callgate.engine.core.adapter import ModelResult
 from callgate.engine.core.audit import AuditChain, AuditRecord, Token, parse_path
@@ -28,7 +29,7 @@ from callgate.engine.core.errors import BindingError, ConfigError
 from callgate.engine.core.events import CallStarted, EngineEvent, TextDelta
 from callgate.engine.core.guards import BudgetTracker, ExhaustedBudget
 from callgate.engine.core.ids import new_approval_id
-from callgate.engine.core.outcome import ProposedCall
+from callgate.engine.core.outcome import ProposedCall, TurnOutcome
 from callgate.engine.core.registry import AuthContext
 from callgate.engine.core.states import (
     OpInput,
@@ -230,10 +231,10 @@ class OperationDrive:
             )
             return
         if event is OpInput.PAUSED:
-            snap.messages.extend(r._adapter.assistant_echo(outcome))
+            snap.messages.extend(r._adapter.assistant_echo(_echoed(outcome)))
             await self.to(event)
         elif event is OpInput.TOOL_PROPOSALS:
-            snap.messages.extend(r._adapter.assistant_echo(outcome))
+            snap.messages.extend(r._adapter.assistant_echo(_echoed(outcome)))
             snap.text = outcome.text or snap.text
             await self.to(event)
         else:
@@ -583,3 +584,14 @@ def _bindable_arguments(call: ProposedCall) -> dict[str, Any]:
     if call.arguments is not None and _has_canonical_form(call.arguments):
         return call.arguments
     return {"raw_arguments_sha256": sha256_hex(call.raw_arguments)}
+
+
+def _echoed(outcome: TurnOutcome) -> TurnOutcome:
+    """The turn as it is echoed: a call that repeats an earlier call's id is left out. It
+    gets no result of its own (see ``bind``), and Anthropic and Gemini refuse a history
+    whose calls and results do not pair up (400: ``tool_use`` ids must be unique)."""
+    first = {c.call_id: c for c in reversed(outcome.calls)}  # each id's first call wins
+    calls = [c for c in outcome.calls if first[c.call_id] is c]
+    if len(calls) == len(outcome.calls):
+        return outcome
+    return msgspec.structs.replace(outcome, calls=tuple(calls))
