@@ -337,7 +337,12 @@ class AnthropicStream:
             out.append(CallStarted(index, name, call_id=call_id))
             out.append(ArgumentsDelta(index, text))
             return
-        block = JSON_DECODER.decode(raw)  # an object: it decoded as `BlockHead`
+        try:
+            block = JSON_DECODER.decode(raw)  # an object (it decoded as `BlockHead`) ...
+        except msgspec.DecodeError as exc:  # ... whose unread members may be bad UTF-8
+            raise StreamProtocolError(
+                f"anthropic: undecodable content block {index}: {exc}"
+            ) from None
         # Each non-tool block becomes one continuation item at its stop.
         self._other_blocks += 1
         if self._other_blocks > self._limits.max_continuation_items:
