@@ -17,6 +17,7 @@ loopback replay server):
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
@@ -494,3 +495,55 @@ async def test_a_write_whose_value_is_not_json_tells_the_model_it_ran(tmp_path: 
     assert second[-1].payload["error"] == mail  # the ledger's answer, replayed
     assert tools.ran["email"] == [{"to": "a@b", "body": "hi"}]  # never sent twice
     assert ledger_rows(db) == [(LedgerState.SUCCEEDED.value, None)]
+
+
+# --- 5. a final answer while a side effect's outcome is unknown is not a success ------
+
+
+async def test_a_final_answer_past_an_unknown_side_effect_ends_escalated(tmp_path: Path) -> None:
+    async def hangs(args: EmailArgs, ctx: ToolContext) -> Any:
+        await anyio.sleep(10)  # past the tool deadline: the email may or may not be out
+
+    tools = Tools(email=hangs)
+    reg = Registry([s if s.name != "email" else _fast_deadline(s) for s in tools.registry()])
+    db = tmp_path / "db"
+    turns = [email("c_mail", "hi"), final("All done, the email went out.")]
+    async with ReplayServer(turns) as server, SQLiteStore(db) as store:
+        result = await runner(server.base_url, reg, store).start("Mail Bob")
+        state, stop = await stop_of(store, result.operation_id)
+    assert [(c.call_id, c.status) for c in result.calls] == [("c_mail", "outcome_unknown")]
+    assert result.state is OpState.ESCALATED and state == "escalated"
+    assert stop.input is OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
+    assert "email (c_mail)" in stop.reason
+    assert ledger_rows(db)[0][0] == LedgerState.UNKNOWN.value
+
+
+async def test_an_unknown_side_effect_settled_by_a_retry_lets_the_answer_complete(
+    tmp_path: Path,
+) -> None:
+    calls = [0]
+
+    async def hangs_once(args: EmailArgs, ctx: ToolContext) -> Any:
+        calls[0] += 1
+        await anyio.sleep(10)
+
+    tools = Tools(email=hangs_once)
+    reg = Registry(
+        [_fast_deadline(s, reconcile=_found) if s.name == "email" else s for s in tools.registry()]
+    )
+    turns = [email("c_mail", "hi"), email("c_mail2", "hi"), final("Sent.")]
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        result = await runner(server.base_url, reg, store).start("Mail Bob")
+    assert result.state is OpState.COMPLETED, result.stop
+    first, retry = (c.status for c in result.calls)
+    assert first == "outcome_unknown"
+    assert retry in ("ok", "replayed")  # the retry was reconciled: settled
+    assert calls[0] == 1  # reconciled, never sent again
+
+
+async def _found(idempotency_key: str, args: Any) -> Any:
+    return {"ok": "email", "found": True}  # the downstream system has the email
+
+
+def _fast_deadline(spec: ToolSpec, **kw: Any) -> ToolSpec:
+    return dataclasses.replace(spec, timeout=0.05, **kw)

@@ -132,6 +132,8 @@ TRANSITIONS: dict[tuple[OpState, OpInput], OpState] = {
     (S.MODEL_REQUESTED, I.PAUSED): S.MODEL_REQUESTED,
     (S.MODEL_REQUESTED, I.API_FAILURE): S.FAILED,
     (S.MODEL_REQUESTED, I.TRANSIENT_FAILURE): S.RETRY,
+    # The model answered while a side effect's outcome is still unknown: not a success.
+    (S.MODEL_REQUESTED, I.OUTCOME_UNKNOWN_UNRECONCILABLE): S.ESCALATED,
     # Bounded retry with backoff.
     (S.RETRY, I.RETRY_READY): S.MODEL_REQUESTED,
     (S.RETRY, I.RETRY_EXHAUSTED): S.FAILED,

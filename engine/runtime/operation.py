@@ -23,6 +23,7 @@ __all__ = [
     "DriveMarks",
     "OperationResult",
     "OperationSnapshot",
+    "unresolved_unknowns",
 ]
 
 
@@ -93,3 +94,21 @@ class DriveMarks:
 
     def __init__(self) -> None:
         self.asked_model = False
+
+
+# Statuses of a later call under the same idempotency key that settle an unknown outcome:
+# the ledger holds an answer for the key (a reconciliation found the effect, or a replay).
+_SETTLES = frozenset({"ok", "replayed", "result_too_large", "handler_error"})
+
+
+def unresolved_unknowns(calls: list[CallSummary]) -> list[CallSummary]:
+    """The side-effect calls whose outcome is still unknown: answered ``outcome_unknown``
+    and not settled by a later call under the same idempotency key. An operation must not
+    end ``completed`` while any is left (the model's answer would be a guess about them)."""
+    open_calls: dict[str | None, CallSummary] = {}
+    for call in calls:
+        if call.status == "outcome_unknown":
+            open_calls[call.idempotency_key or f"call:{call.call_id}"] = call
+        elif call.idempotency_key in open_calls and call.status in _SETTLES:
+            del open_calls[call.idempotency_key]
+    return list(open_calls.values())

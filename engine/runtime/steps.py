@@ -49,7 +49,7 @@ from callgate.engine.core.validation import (
 from callgate.engine.store.base import ApprovalRecord
 
 from .dispatch import CallResult, DispatchContext, execute_calls
-from .operation import CallSummary, DriveMarks, OperationSnapshot
+from .operation import CallSummary, DriveMarks, OperationSnapshot, unresolved_unknowns
 from .progress import (
     ApprovalRequested,
     CallPreparing,
@@ -239,7 +239,13 @@ class OperationDrive:
             await self.to(event)
         else:
             snap.text = outcome.text or outcome.refusal or snap.text
-            await self.stop(event, outcome.stop_reason, outcome.raw_reason)
+            reason = outcome.stop_reason
+            unknown = unresolved_unknowns(snap.calls) if event is OpInput.FINAL_TEXT else []
+            if unknown:
+                event = OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
+                names = ", ".join(f"{c.tool} ({c.call_id})" for c in unknown)
+                reason = f"the model finished, but these calls' outcome is unknown: {names}"
+            await self.stop(event, reason, outcome.raw_reason)
             return
         if overrun is not None:
             # This turn spent past a token or cost budget: its proposals are not run (nor
