@@ -547,3 +547,34 @@ async def _found(idempotency_key: str, args: Any) -> Any:
 
 def _fast_deadline(spec: ToolSpec, **kw: Any) -> ToolSpec:
     return dataclasses.replace(spec, timeout=0.05, **kw)
+
+
+async def test_a_write_whose_result_is_too_large_tells_the_model_it_ran(tmp_path: Path) -> None:
+    async def sends_then_returns_a_lot(args: EmailArgs, ctx: ToolContext) -> Any:
+        return {"log": "x" * 200_000}  # the email went out; the result is over the cap
+
+    async def reads_a_lot(args: OrderArgs, ctx: ToolContext) -> Any:
+        return {"order": "y" * 200_000}
+
+    tools = Tools(email=sends_then_returns_a_lot, get_order=reads_a_lot)
+    turns = [
+        turn(
+            P,
+            calls=[
+                ("c_mail", "email", '{"to":"a@b","body":"hi"}'),
+                ("c_get", "get_order", '{"order_id":"o1"}'),
+            ],
+        ),
+        final("Sent."),
+    ]
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        result = await runner(server.base_url, tools.registry(), store).start("Mail and look")
+        mail, get = (r.payload["error"] for r in wire_results(P, server.requests[1]))
+    assert result.state is OpState.COMPLETED
+    assert [c.status for c in result.calls] == ["result_too_large", "result_too_large"]
+    assert mail["code"] == get["code"] == "result_too_large"
+    assert mail["message"] == (
+        "The tool's result exceeded the size limit. "
+        "The tool ran (its effect happened); do not call it again to see its result."
+    )
+    assert get["message"] == "The tool's result exceeded the size limit."  # a read: no effect

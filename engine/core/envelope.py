@@ -17,7 +17,13 @@ import re
 
 import msgspec
 
-__all__ = ["RAN_WITHOUT_RESULT", "ErrorCode", "ErrorEnvelope", "safe_validation_detail"]
+__all__ = [
+    "RAN_TOO_LARGE",
+    "RAN_WITHOUT_RESULT",
+    "ErrorCode",
+    "ErrorEnvelope",
+    "safe_validation_detail",
+]
 
 
 class ErrorCode(enum.StrEnum):
@@ -68,6 +74,9 @@ _MESSAGES: dict[ErrorCode, str] = {
 RAN_WITHOUT_RESULT = (
     "The tool ran, but its result could not be returned; do not call it again to find out."
 )
+# The detail of a ``result_too_large`` for a side-effecting tool: its effect happened, so a
+# call made again to see a smaller result would repeat it.
+RAN_TOO_LARGE = "The tool ran (its effect happened); do not call it again to see its result."
 
 # Whether proposing the call again (possibly corrected) may succeed. A hint for the model,
 # never for the engine: outcome_unknown is False because a blind retry may repeat a side

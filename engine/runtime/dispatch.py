@@ -29,7 +29,12 @@ import anyio
 import msgspec
 
 from callgate.engine.core.canonical import canonical_json
-from callgate.engine.core.envelope import RAN_WITHOUT_RESULT, ErrorCode, ErrorEnvelope
+from callgate.engine.core.envelope import (
+    RAN_TOO_LARGE,
+    RAN_WITHOUT_RESULT,
+    ErrorCode,
+    ErrorEnvelope,
+)
 from callgate.engine.core.errors import StoreError
 from callgate.engine.core.outcome import ProposedCall
 from callgate.engine.core.registry import AuthContext, ToolContext, ToolSpec
@@ -368,7 +373,9 @@ def _shape(value: Any, spec: ToolSpec, ctx: DispatchContext) -> tuple[dict[str, 
         return _envelope(ErrorCode.HANDLER_ERROR), ErrorCode.HANDLER_ERROR.value, detail
     limit = spec.max_result_bytes or ctx.max_result_bytes
     if size > min(limit, ctx.max_result_bytes):
-        return _envelope(ErrorCode.RESULT_TOO_LARGE), ErrorCode.RESULT_TOO_LARGE.value, ""
+        code = ErrorCode.RESULT_TOO_LARGE
+        ran = RAN_TOO_LARGE if spec.is_side_effect else None  # a retry would repeat it
+        return ErrorEnvelope.of(code, ran).to_model_result(), code.value, ""
     return model_result, "ok", ""
 
 
