@@ -26,6 +26,7 @@ from callgate.engine.core.decode import TurnAssembler
 from callgate.engine.core.events import ResponseMeta
 
 from .conftest import chunkings
+from .test_openai_decode_fixes import resp_body
 
 # --- feeding -------------------------------------------------------------------------------
 
@@ -52,15 +53,6 @@ def assert_failed(out: TurnOutcome, reason: str) -> None:
 
 
 # --- stream builders -----------------------------------------------------------------------
-
-
-def resp_body(*events: dict[str, Any], named: bool = True) -> bytes:
-    out = b""
-    for ev in events:
-        if named:
-            out += b"event: " + ev["type"].encode() + b"\n"
-        out += b"data: " + json.dumps(ev).encode() + b"\n\n"
-    return out
 
 
 def lifecycle(kind: str, status: str, rid: str = "resp_1", model: str = "gpt-5") -> dict[str, Any]:
