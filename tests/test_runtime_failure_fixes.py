@@ -28,7 +28,7 @@ import anyio
 import msgspec
 import pytest
 
-from callgate.engine.core.errors import StoreError
+from callgate.engine.core.errors import ConfigError, StoreError
 from callgate.engine.core.registry import Registry, RiskClass, ToolContext, ToolSpec, args_digest
 from callgate.engine.core.states import OpInput, OpState
 from callgate.engine.runtime.dispatch import _sole_failure
@@ -46,6 +46,7 @@ from .loop_helpers import FAST_RETRY, turn, wire_results
 pytestmark = pytest.mark.anyio
 
 P = "openai_chat"
+JSON = "application/json"
 
 
 class RefundArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -352,6 +353,34 @@ async def test_a_resume_that_raised_before_asking_the_model_is_released_to_the_p
     assert tools.ran["refund"] == [{"order_id": "o1", "amount": 50}]
 
 
+async def test_a_resume_by_a_runner_for_another_provider_is_refused(tmp_path: Path) -> None:
+    # The pause's conversation and response ids are the starting provider's: results bound
+    # and sent under another family would name the wrong one (after the refund ran).
+    tools = Tools()
+    reg = tools.registry()
+    async with (
+        ReplayServer([REFUND, final("Refunded.")]) as server,
+        SQLiteStore(tmp_path / "db") as store,
+    ):
+        await paused_and_approved(server.base_url, reg, store)
+        other = Runner(
+            provider="anthropic",
+            model="model-1",
+            registry=reg,
+            endpoint=ProviderEndpoint(base_url=server.base_url, api_key="sk-test"),
+            store=store,
+        )
+        with pytest.raises(ConfigError, match="runs on provider 'openai_chat', not 'anthropic'"):
+            await other.resume("op1")
+        row = await store.get_operation("op1")
+        assert row is not None and row.owner is None  # released, still paused
+        assert row.state == OpState.WAITING_APPROVAL.value
+        assert tools.ran["refund"] == [] and len(server.requests) == 1
+        result = await runner(server.base_url, reg, store).resume("op1")
+    assert result.state is OpState.COMPLETED
+    assert tools.ran["refund"] == [{"order_id": "o1", "amount": 50}]
+
+
 async def test_whether_a_resume_asked_the_model_is_tracked_per_drive(tmp_path: Path) -> None:
     """One runner resumes two operations at once. A has asked the model when B fails
     before its own first model request: B goes back to its pause, A (failing later) is
@@ -516,6 +545,41 @@ async def test_a_final_answer_past_an_unknown_side_effect_ends_escalated(tmp_pat
     assert stop.input is OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
     assert "email (c_mail)" in stop.reason
     assert ledger_rows(db)[0][0] == LedgerState.UNKNOWN.value
+
+
+@pytest.mark.parametrize(
+    ("ending", "plain_state"),
+    [
+        pytest.param(turn(P, text="All done, the", finish="max_tokens"), "incomplete", id="cut"),
+        pytest.param(turn(P, text="I can't help.", finish="refusal"), "refused", id="refusal"),
+        pytest.param(
+            ReplayTurn(status=400, body=b'{"error":{"message":"bad"}}', content_type=JSON),
+            "failed",
+            id="http-400",
+        ),
+    ],
+)
+async def test_any_ending_past_an_unknown_side_effect_ends_escalated(
+    tmp_path: Path, ending: ReplayTurn, plain_state: str
+) -> None:
+    # Ending ``incomplete`` or ``failed`` would invite a fresh run of the operation, under
+    # new idempotency keys: the effect that may have happened could happen again.
+    async def hangs(args: EmailArgs, ctx: ToolContext) -> Any:
+        await anyio.sleep(10)
+
+    tools = Tools(email=hangs)
+    reg = Registry([s if s.name != "email" else _fast_deadline(s) for s in tools.registry()])
+    db = tmp_path / "db"
+    async with ReplayServer([email("c_mail", "hi"), ending]) as server, SQLiteStore(db) as store:
+        result = await runner(server.base_url, reg, store).start("Mail Bob")
+        state, stop = await stop_of(store, result.operation_id)
+    assert result.state is OpState.ESCALATED and state == "escalated"
+    assert stop.input is OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
+    assert "email (c_mail)" in stop.reason
+    assert plain_state != "escalated"  # what the same turn ends in without the open call
+    async with ReplayServer([ending]) as server, SQLiteStore(tmp_path / "db2") as store:
+        plain = await runner(server.base_url, reg, store).start("Mail Bob")
+    assert plain.state.value == plain_state
 
 
 async def test_an_unknown_side_effect_settled_by_a_retry_lets_the_answer_complete(

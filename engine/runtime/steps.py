@@ -240,11 +240,17 @@ class OperationDrive:
         else:
             snap.text = outcome.text or outcome.refusal or snap.text
             reason = outcome.stop_reason
-            unknown = unresolved_unknowns(snap.calls) if event is OpInput.FINAL_TEXT else []
+            # Whatever ended the turn (an answer, a refusal, a cut, a failure), a side
+            # effect whose outcome is still unknown makes it a stop for a person: ending
+            # incomplete or failed would invite a fresh run under new idempotency keys.
+            unknown = unresolved_unknowns(snap.calls)
             if unknown:
-                event = OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
                 names = ", ".join(f"{c.tool} ({c.call_id})" for c in unknown)
-                reason = f"the model finished, but these calls' outcome is unknown: {names}"
+                reason = (
+                    f"the model turn ended {event.value} ({reason}), but these calls'"
+                    f" outcome is unknown: {names}"
+                )
+                event = OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
             await self.stop(event, reason, outcome.raw_reason)
             return
         if overrun is not None:
