@@ -9,10 +9,12 @@ never guess: any other path syntax, a path repeated after it ended, a conflictin
 out-of-order array index, a piece with no value or with more than one, a number, boolean
 or null that says it continues, and a string still continuing when the call ends are a
 ``StreamProtocolError``. The bytes of the paths and strings count against
-``max_call_argument_bytes``; what holding them costs beside (``_PATH_COST`` a path,
-``_PIECE_COST`` a string piece not yet joined) is charged to a budget of the same size
-(at least ``_BOOKKEEPING_FLOOR``), so that many tiny paths or pieces cannot hold many
-times the cap; path depth counts against ``max_json_depth``.
+``max_call_argument_bytes`` and path depth against ``max_json_depth``: past either, the
+call is refused on its own (``error``; what it held is dropped and its later pieces are
+skipped), as a call whose ``args`` came whole is. What holding them costs beside
+(``_PATH_COST`` a path, ``_PIECE_COST`` a string piece not yet joined) is charged to a
+budget of the same size (at least ``_BOOKKEEPING_FLOOR``), so that many tiny paths or
+pieces cannot hold many times the cap; past that budget the turn fails.
 """
 
 from __future__ import annotations
@@ -91,17 +93,21 @@ class _Leaf:
 class StreamedArguments:
     """The arguments of one streamed call (the call at ``index``) while they arrive."""
 
-    __slots__ = ("_budget", "_held", "_leaves", "_limits", "_nbytes", "index")
+    __slots__ = ("_budget", "_held", "_leaves", "_limits", "_nbytes", "error", "index")
 
     def __init__(self, index: int, limits: Limits) -> None:
         self.index = index
         self._limits = limits
+        # Why the call is refused (a per-call cap), or None; set, it holds nothing more.
+        self.error: str | None = None
         self._leaves: dict[str, _Leaf] = {}
         self._nbytes = 0  # UTF-8 bytes of each path once and of every string piece
         self._held = 0  # bookkeeping charged (see the module docstring)
         self._budget = max(limits.max_call_argument_bytes, _BOOKKEEPING_FLOOR)
 
     def add(self, pieces: list[PartialArg]) -> None:
+        if self.error is not None:
+            return  # refused: the rest of its arguments is not kept
         limit, budget = self._limits.max_call_argument_bytes, self._budget
         leaves = self._leaves
         nbytes, held = self._nbytes, self._held
@@ -144,7 +150,8 @@ class StreamedArguments:
                         leaf.fresh = 0
                         held -= (_COMPACT - 1) * _PIECE_COST
             if nbytes > limit:
-                raise LimitExceeded("max_call_argument_bytes", limit, "vertex streamed arguments")
+                self._refuse(f"arguments exceed max_call_argument_bytes ({limit})")
+                return
             if held > budget:
                 raise LimitExceeded(
                     "max_call_argument_bytes",
@@ -153,9 +160,15 @@ class StreamedArguments:
                 )
         self._nbytes, self._held = nbytes, held
 
+    def _refuse(self, reason: str) -> None:
+        self.error = reason
+        self._leaves = {}
+        self._nbytes = self._held = 0
+
     def build(self) -> bytes | None:
         """The JSON object text (UTF-8) of everything received, or None when no piece
-        came (a call without arguments). A string still continuing is not a value."""
+        came (a call without arguments) or the call is refused (``error``). A string
+        still continuing is not a value."""
         leaves = self._leaves
         if not leaves:
             return None
@@ -174,7 +187,9 @@ class StreamedArguments:
         for path, leaf in leaves.items():
             segments = _parse_path(path)
             if len(segments) > max_depth:
-                raise LimitExceeded("max_json_depth", max_depth, f"vertex jsonPath {path!r}")
+                # The wording of the same refusal for arguments that came whole.
+                self._refuse(f"arguments nest deeper than {max_depth} levels")
+                return None
             pieces = leaf.pieces
             if pieces is None:
                 value = leaf.value

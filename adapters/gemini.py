@@ -421,7 +421,9 @@ class GeminiStream:
             # The terminating piece (an empty functionCall): build the object and close.
             self._vertex = None
             arguments = vertex.build()
-            out.append(CallDone(vertex.index, raw=arguments))
+            error = vertex.error  # a per-call cap refused it: done, without arguments
+            done = CallDone(vertex.index, raw=arguments) if error is None else None
+            out.append(done or CallDone(vertex.index, error=error))
         return vertex.index
 
     # --- unframed text -----------------------------------------------------------------

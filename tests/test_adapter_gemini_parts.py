@@ -176,21 +176,29 @@ def test_protocol_violations_raise(chunks: list[Any]) -> None:
 # --- limits on what the adapter buffers ----------------------------------------------------
 
 
-def test_streamed_arguments_are_capped() -> None:
+def test_streamed_arguments_over_the_call_cap_refuse_that_call_alone() -> None:
+    # The per-call caps judge one call, as for args that come whole: the call is done
+    # and refused, the next call and the turn keep going.
     limits = Limits(max_call_argument_bytes=12)
     ok = [piece("$.ab", stringValue="1234", willContinue=True), piece("$.ab", stringValue="1234")]
-    run_chunks(*streamed_call("f", *ok), limits=limits)  # 4 + 4 + 4 bytes: exactly the cap
-    with pytest.raises(LimitExceeded) as info:
-        run_chunks(*streamed_call("f", *ok, piece("$.c", stringValue="")), limits=limits)
-    assert info.value.limit == "max_call_argument_bytes"
+    at_cap = of(run_chunks(*streamed_call("f", *ok), limits=limits), CallDone)
+    assert at_cap == [CallDone(0, raw=b'{"ab":"12341234"}')]  # 4 + 4 + 4 bytes: the cap
+    over = run_chunks(
+        *streamed_call("f", *ok, piece("$.c", stringValue="")),
+        candidate(fc(name="g", args={"a": 1})),
+        limits=limits,
+    )
+    assert of(over, CallDone) == [
+        CallDone(0, error="arguments exceed max_call_argument_bytes (12)"),
+        CallDone(1, raw=b'{"a": 1}'),  # (json.dumps spacing: the exact bytes)
+    ]
 
 
-def test_streamed_argument_depth_is_capped() -> None:
-    with pytest.raises(LimitExceeded) as info:
-        run_chunks(
-            *streamed_call("f", piece("$.a.b.c", numberValue=1)), limits=Limits(max_json_depth=2)
-        )
-    assert info.value.limit == "max_json_depth"
+def test_streamed_arguments_past_the_depth_cap_refuse_that_call_alone() -> None:
+    events = run_chunks(
+        *streamed_call("f", piece("$.a.b.c", numberValue=1)), limits=Limits(max_json_depth=2)
+    )
+    assert of(events, CallDone) == [CallDone(0, error="arguments nest deeper than 2 levels")]
 
 
 def test_thought_text_is_capped() -> None:

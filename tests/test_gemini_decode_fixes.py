@@ -343,6 +343,44 @@ def test_paths_beyond_the_bookkeeping_budget_fail() -> None:
     assert _decode_all_ways(b"".join(_frame(c) for c in chunks), limits).calls
 
 
+@pytest.mark.parametrize(
+    ("limits", "piece", "error"),
+    [
+        (
+            Limits(max_call_argument_bytes=64),
+            {"jsonPath": "$.s", "stringValue": "x" * 100},
+            "arguments exceed max_call_argument_bytes (64)",
+        ),
+        (
+            Limits(max_json_depth=3),
+            {"jsonPath": "$.a.b.c.d", "numberValue": 1},
+            "arguments nest deeper than 3 levels",
+        ),
+    ],
+    ids=["bytes", "depth"],
+)
+def test_a_streamed_call_past_a_per_call_cap_is_refused_alone(
+    limits: Limits, piece: dict[str, Any], error: str
+) -> None:
+    # As for args sent whole: the call is listed, refused; the other call and the turn's
+    # kind stand (the per-call caps judge one call, not the stream).
+    chunks = [
+        _cand(_fc(name="ok", args={"a": 1})),
+        _cand(_fc(name="f", willContinue=True)),
+        _more(piece),
+        _more({"jsonPath": "$.t", "stringValue": "y" * 200}),  # skipped once refused
+        _cand(_fc()),
+        _cand({"text": ""}, finish="STOP"),
+    ]
+    out = _decode_all_ways(b"".join(_frame(c) for c in chunks), limits)
+    assert out.kind is OutcomeKind.TOOL_PROPOSALS, out.stop_reason
+    assert [(c.name, c.arguments, c.raw_arguments, c.error) for c in out.calls] == [
+        ("ok", {"a": 1}, b'{"a": 1}', None),
+        ("f", None, b"", error),  # a refused call holds no bytes
+    ]
+    assert not out.incomplete_calls
+
+
 def _peak(run: Callable[[], object]) -> tuple[int, object]:
     tracemalloc.start()
     try:

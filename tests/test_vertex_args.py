@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from callgate.adapters import _vertex_args
 from callgate.adapters._vertex_args import PartialArg, StreamedArguments
-from callgate.engine.core.errors import LimitExceeded
 from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
 
 # Keys as _parse_path reads them, plus characters it rejects (a non-simple path).
@@ -63,10 +62,14 @@ def _build(chunks: list[list[PartialArg]], limits: Limits = DEFAULT_LIMITS) -> b
 
 
 def _outcome(chunks: list[list[PartialArg]]) -> tuple[str, Any]:
+    args = StreamedArguments(0, DEFAULT_LIMITS)
     try:
-        return "ok", _build(chunks)
+        for chunk in chunks:
+            args.add(chunk)
+        raw = args.build()
     except Exception as exc:  # the general build's errors must be the fast one's too
         return type(exc).__name__, str(exc)
+    return ("refused", args.error) if args.error is not None else ("ok", raw)
 
 
 @settings(max_examples=400, deadline=None)
@@ -96,9 +99,23 @@ def test_a_path_that_is_not_one_member_takes_the_general_build() -> None:
     assert raw == b'{"a":{"b":1},"c":["x"]}'
 
 
-def test_depth_cap_zero_rejects_even_a_flat_object() -> None:
-    with pytest.raises(LimitExceeded):
-        _build([[_piece("$.a", 1)]], Limits(max_json_depth=0))
+def test_depth_cap_zero_refuses_even_a_flat_object() -> None:
+    args = StreamedArguments(0, Limits(max_json_depth=0))
+    args.add([_piece("$.a", 1)])
+    assert args.build() is None
+    assert args.error == "arguments nest deeper than 0 levels"
+
+
+def test_a_call_over_its_cap_is_refused_alone_and_holds_nothing() -> None:
+    args = StreamedArguments(3, Limits(max_call_argument_bytes=12))
+    args.add([_piece("$.ab", "1234", True), _piece("$.ab", "1234")])  # 4 + 4 + 4: the cap
+    assert args.error is None
+    args.add([_piece("$.c", "")])  # one byte more
+    assert args.error == "arguments exceed max_call_argument_bytes (12)"
+    assert args._leaves == {} and args._nbytes == 0  # what it held is dropped
+    args.add([_piece("$.d", "x" * 1000)])  # later pieces are skipped, never kept
+    assert args._leaves == {}
+    assert args.build() is None
 
 
 def test_large_arguments_take_the_general_build(monkeypatch: pytest.MonkeyPatch) -> None:

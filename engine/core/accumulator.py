@@ -324,11 +324,13 @@ class CallAccumulator:
         arguments: str | None,
         raw: bytes | None = None,
         literal: msgspec.Raw | None = None,
+        error: str | None = None,
     ) -> None:
         """The call's done signal. A done event that repeats the arguments gives them as
         ``arguments`` (text) or ``literal`` (the JSON string literal, compared a slice at
         a time): they must equal the fragments. ``raw`` is the exact bytes of a call the
-        provider sends whole (Gemini), never together with fragments."""
+        provider sends whole (Gemini), never together with fragments. ``error``: the
+        adapter refused the arguments it assembled (the call is done and refused)."""
         call = self._calls.get(index)
         if call is None:
             raise StreamProtocolError(f"done signal for call index {index} that never started")
@@ -351,6 +353,13 @@ class CallAccumulator:
                 else:
                     call.error = "done events disagree about the arguments"
                     call.arguments = None
+            return
+        if error is not None:
+            call.done = True
+            self._done += 1
+            self._open.pop(index, None)
+            call.error = call.error or error
+            call.blocks, call.parts = [], []
             return
         streamed = bool(call.blocks or call.parts)
         whole: str | bytes | None = None

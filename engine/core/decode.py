@@ -116,7 +116,7 @@ class TurnAssembler:
         self._calls.start(ev.index, ev.name, ev.call_id, ev.item_id)
 
     def _on_call_done(self, ev: CallDone) -> None:
-        self._calls.done(ev.index, ev.arguments, ev.raw, ev.literal)
+        self._calls.done(ev.index, ev.arguments, ev.raw, ev.literal, ev.error)
 
     def _on_meta(self, ev: ResponseMeta) -> None:
         # The first non-empty value of each counts: an empty id or model is no value (a

@@ -98,13 +98,16 @@ class CallDone(msgspec.Struct, frozen=True, gc=False, tag="call_done"):
     included, a view of the event's bytes), so that a long repeated text is compared a
     slice at a time instead of being decoded whole. ``raw`` is the exact argument bytes
     of a call that arrives whole, without fragments (a Gemini ``functionCall`` part):
-    they are parsed as received, never re-encoded.
+    they are parsed as received, never re-encoded. ``error`` says why the adapter refused
+    arguments it assembled itself (a Vertex streamed call past a per-call cap): the call
+    is done and refused, and carries no text.
     """
 
     index: int
     arguments: str | None = None
     raw: bytes | None = None
     literal: msgspec.Raw | None = None
+    error: str | None = None
 
 
 class UsageReport(msgspec.Struct, frozen=True, gc=False, tag="usage"):
