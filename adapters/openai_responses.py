@@ -350,8 +350,16 @@ class OpenAIResponsesStream:
                 f"openai_responses: function_call done at output_index {index}, "
                 "where no function_call was added"
             )
+        if not known[0] and item.get("call_id"):
+            # The call was proposed without a call_id (callgate derived one): a call_id
+            # now would put another id in the echo than the results answer.
+            raise StreamProtocolError(
+                f"openai_responses: function_call at output_index {index} gave its "
+                "call_id only at output_item.done"
+            )
         for key, value in zip(_IDENTITY, known, strict=True):
-            # Only a change counts: a value the added item did not give may come now.
+            # Only a change counts: a name or item id the added item did not give may
+            # come now (the echo replays the done item; results answer the call_id).
             if value is not None and key in item and item[key] != value:
                 raise StreamProtocolError(
                     f"openai_responses: function_call at output_index {index} changed "

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from callgate.engine import OutcomeKind, TurnOutcome, decode
+from callgate.engine.core.adapter import load_adapter
 
 from .conftest import chunkings
 
@@ -348,6 +349,39 @@ def test_resp_a_done_item_that_changes_the_calls_identity_fails_the_turn(
     out = decode_all_ways("openai_responses", body)
     assert_failed(out, f"changed its {key} at output_item.done")
     assert out.continuation == ()  # the echo never carries an identity never proposed
+
+
+DONE = {"status": "completed"}
+
+
+def test_resp_a_call_id_that_comes_only_with_the_done_item_fails_the_turn() -> None:
+    # Proposed without a call_id, the call is answered under a derived id: a call_id
+    # first seen at output_item.done would put another id in the echo.
+    anonymous = {key: v for key, v in fc("fc_a", "read_file").items() if key != "call_id"}
+    body = resp_body(
+        CREATED,
+        added(0, anonymous),
+        args_delta('{"p":1}', item_id="fc_a", output_index=0),
+        item_done(0, {**anonymous, "call_id": "call_late", "arguments": '{"p":1}', **DONE}),
+        COMPLETED,
+    )
+    out = decode_all_ways("openai_responses", body)
+    assert_failed(out, "gave its call_id only at output_item.done")
+    assert out.continuation == ()
+    # Without a call_id at either, the derived id is the call's everywhere.
+    body = resp_body(
+        CREATED,
+        added(0, anonymous),
+        args_delta('{"p":1}', item_id="fc_a", output_index=0),
+        item_done(0, {**anonymous, "arguments": '{"p":1}', **DONE}),
+        COMPLETED,
+    )
+    out = decode_all_ways("openai_responses", body)
+    assert out.kind is OutcomeKind.TOOL_PROPOSALS
+    (call,) = out.calls
+    assert call.call_id_derived
+    (item,) = load_adapter("openai_responses").assistant_echo(out)
+    assert item["call_id"] == call.call_id
 
 
 # --- Responses: text that came in no delta ---------------------------------------------------
