@@ -211,7 +211,8 @@ class Runner:
         already ran). Once the drive has asked the model again, an exception ends the
         operation ``escalated`` (``DRIVE_FAILED``), as a failed start does: a replay would
         ask the model again, and a call reworded under a new idempotency key would repeat
-        its side effect. A cancelled resume is only released."""
+        its side effect. A cancelled resume is only released. An operation started on
+        another provider than this runner's raises ``ConfigError`` and stays paused."""
         store = self._need_store()
         now = self._clock()
         token = await store.claim_operation(
@@ -231,6 +232,14 @@ class Runner:
             snap = SNAPSHOT_DECODER.decode(record.snapshot)
             if record.owner != self.worker_id or record.fencing_token != token:
                 return self._result(snap)  # taken over since our claim: no longer ours
+            if snap.provider != self.provider:
+                # Its conversation and response ids are that provider's: bound and sent
+                # under another, the results would name the wrong family (and a real API
+                # would reject the mixed request only after the approved calls ran).
+                raise ConfigError(
+                    f"operation {operation_id} runs on provider {snap.provider!r}, "
+                    f"not {self.provider!r}: resume it with a runner for {snap.provider!r}"
+                )
             lease = (record.version, token)
             decisions = await self._collect_decisions(snap, store, now)
             if decisions is None:  # someone has not decided yet: stay paused, release
