@@ -63,7 +63,8 @@ _MESSAGES: dict[ErrorCode, str] = {
         "The tool's outcome is unknown: it may or may not have taken effect. "
         "It will not be retried automatically."
     ),
-    ErrorCode.APPROVAL_EXPIRED: "The approval request expired before anyone decided.",
+    # Said of both cases: nobody decided in time, or an approval lapsed before its use.
+    ErrorCode.APPROVAL_EXPIRED: "The approval expired before the call could run; it did not run.",
     ErrorCode.IDEMPOTENCY_CONFLICT: (
         "A call with the same business intent already ran with different arguments."
     ),

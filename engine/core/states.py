@@ -22,18 +22,24 @@ Rules of the table (read these before adding a row):
 * Approval resumes through revalidation: once the pending decisions are in,
   ``WAITING_APPROVAL`` + ``RESUMED`` goes back to ``VALIDATING`` (the spec requires
   re-checking schema, authorization and policy after the pause; denied or expired calls
-  become error envelopes there). ``DENIED`` / ``EXPIRED`` are the shortcuts for a turn
-  in which nothing can run any more: straight to ``RESULTS_READY`` with envelopes.
+  become error envelopes there, and an approval given for other arguments, another tool
+  contract or policy revision counts as denied). That is the only way callgate's run
+  loop resumes. ``DENIED`` / ``EXPIRED`` (straight to ``RESULTS_READY`` with envelopes,
+  for a turn in which nothing can run any more) are shortcuts for a host that drives
+  the table itself.
 * Safe stops for a human end in ``ESCALATED``, never in a silent success:
   ``BUDGET_EXHAUSTED`` and ``DEADLINE`` from every non-terminal state (the driver may
   observe a spent budget or the clock anywhere); ``NO_PROGRESS`` where the no-progress
   counter is evaluated (``VALIDATING``, ``RESULTS_READY``);
   ``OUTCOME_UNKNOWN_UNRECONCILABLE`` where a side effect may have happened
-  (``EXECUTING``); ``DRIVE_FAILED`` from every non-terminal state, when a drive raised
-  (or its worker stopped) before a verdict and nothing can safely replay it.
-* A result or approval that does not provably belong to its call
-  (``BINDING_MISMATCH``) ends in ``FAILED`` wherever results or approvals are bound:
-  ``WAITING_APPROVAL``, ``EXECUTING``, ``RESULTS_READY``.
+  (``EXECUTING``) and where a model turn ends while one's outcome is still unknown
+  (``MODEL_REQUESTED``, whatever ended the turn); ``DRIVE_FAILED`` from every
+  non-terminal state, when a drive raised (or its worker stopped) before a verdict and
+  nothing can safely replay it.
+* A result that does not provably belong to its call (``BINDING_MISMATCH``) ends in
+  ``FAILED`` wherever results are bound: ``EXECUTING``, ``RESULTS_READY``. The row from
+  ``WAITING_APPROVAL`` is for a host that binds approvals itself; callgate's run loop
+  revalidates a foreign approval as denied instead.
 
 Every terminal state is recorded with a ``StopInfo``: the provider's raw reason (when a
 provider said anything) and callgate's own reason for stopping.
