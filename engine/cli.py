@@ -3,6 +3,7 @@
 
     callgate decode --provider NAME [--chunk-size N] FILE   decode a captured SSE body
     callgate fixtures [DIR]                                 one line per recorded stream
+    callgate states                                         the state diagram (Mermaid)
     callgate approvals list|show|approve|deny …             decide paused calls (cli_admin)
     callgate operations list|show|resume …                  inspect and resume (cli_admin)
     callgate audit verify FILE …                            check an audit trail (cli_audit)
@@ -31,6 +32,7 @@ from .cli_audit import add_audit_commands
 from .core.adapter import PROVIDERS, load_adapter
 from .core.decode import StreamDecoder, decode
 from .core.outcome import TurnOutcome
+from .core.states import mermaid_diagram
 
 __all__ = ["main", "outcome_json"]
 
@@ -66,6 +68,7 @@ def outcome_json(outcome: TurnOutcome) -> dict[str, Any]:
 
 
 _READ_SIZE = 64 * 1024
+_MAX_CHUNK = 64 * 1024 * 1024
 
 
 def _json_line(value: object) -> str:
@@ -91,8 +94,9 @@ def _decode_stream(provider: str, stream: BinaryIO, size: int) -> TurnOutcome:
 
 
 def _cmd_decode(args: argparse.Namespace) -> int:
-    if args.chunk_size is not None and args.chunk_size < 1:
-        print("callgate decode: --chunk-size must be a positive integer", file=sys.stderr)
+    if args.chunk_size is not None and not 1 <= args.chunk_size <= _MAX_CHUNK:
+        # (A read of that size is allocated up front: an unbounded one would fail late.)
+        print(f"callgate decode: --chunk-size must be 1 to {_MAX_CHUNK}", file=sys.stderr)
         return 2
     size: int = args.chunk_size or _READ_SIZE
     try:
@@ -131,9 +135,16 @@ def _cmd_fixtures(args: argparse.Namespace) -> int:
     try:
         for line in fixture_lines(root):
             print(line)
+    except BrokenPipeError:
+        raise  # the reader went away (``| head``): main() ends quietly
     except OSError as exc:  # e.g. a directory named like a stream (x.sse/)
         print(f"callgate fixtures: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _cmd_states(args: argparse.Namespace) -> int:
+    sys.stdout.write(mermaid_diagram())
     return 0
 
 
@@ -169,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fixtures", help="decode every recorded fixture, one line each")
     p.add_argument("dir", nargs="?", default="tests/fixtures")
     p.set_defaults(func=_cmd_fixtures)
+
+    p = sub.add_parser("states", help="print the operation state diagram (Mermaid)")
+    p.set_defaults(func=_cmd_states)
 
     add_admin_commands(sub)
     add_audit_commands(sub)

@@ -426,13 +426,23 @@ async def _operations_resume(args: argparse.Namespace, store: Store) -> int:
             "approval: nothing to resume",
             file=sys.stderr,
         )
-    elif record.state != OpState.WAITING_APPROVAL:
+        await _print_operation(args, store, record.operation_id)
+        return 0  # (no runner: it would ask for a provider key it has no use for)
+    if record.state != OpState.WAITING_APPROVAL:
         # The runner settles an operation no drive holds any more (it ends escalated).
         print(
             f"operation {_s(record.operation_id)} is {_s(record.state)}, not waiting for "
             "approval: it ends escalated if no drive holds it",
             file=sys.stderr,
         )
+    if args.audit_file:
+        # The sink opens its file at the first record, mid-drive; refuse a path it cannot
+        # append to before anything runs (failure_text would blame the store for it).
+        try:
+            with open(args.audit_file, "ab"):  # noqa: ASYNC230 - one open, before the drive
+                pass
+        except OSError as exc:
+            raise CliFailure(f"--audit-file: cannot open it: {exc.strerror}", 2) from None
     sink = JsonlAuditSink(args.audit_file) if args.audit_file else None
     try:
         runner = Runner(
@@ -445,7 +455,7 @@ async def _operations_resume(args: argparse.Namespace, store: Store) -> int:
             audit_secret=audit_secret,
         )
         try:
-            await runner.resume(record.operation_id)
+            result = await runner.resume(record.operation_id)
         except msgspec.DecodeError as exc:  # ValidationError too: a snapshot of another shape
             raise CliFailure(
                 f"operation {_s(record.operation_id)}: its snapshot cannot be read by this "
@@ -454,6 +464,13 @@ async def _operations_resume(args: argparse.Namespace, store: Store) -> int:
     finally:
         if sink is not None:
             await sink.aclose()
+    if result.state is OpState.WAITING_APPROVAL:
+        pending = ", ".join(_s(a) for a in result.pending_approvals)
+        print(
+            f"operation {_s(record.operation_id)} is still waiting for approval"
+            + (f": {pending}" if pending else ""),
+            file=sys.stderr,
+        )
     await _print_operation(args, store, record.operation_id)
     return 0
 

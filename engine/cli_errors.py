@@ -23,12 +23,26 @@ __all__ = ["failure_text", "innermost", "refuse_undecodable", "scrub"]
 _PATH_ARGUMENTS = frozenset({"audit_file"})
 
 
+# Secrets shorter than this are masked only where they stand as a credential: masked
+# everywhere, a one-character password would star out that character all over the
+# message (the host address, the already redacted URL), which then says nothing.
+_SHORT_SECRET = 4
+
+
 def scrub(text: str, url: str) -> str:
     """``text`` without the store's credentials, in case a driver quoted the DSN (the
     userinfo password and the ``password``/``passfile`` query values, as written and
-    decoded — found even in a URL that does not parse)."""
+    decoded — found even in a URL that does not parse). A secret of fewer than
+    ``_SHORT_SECRET`` characters is masked where it is written as one (``:secret@``,
+    ``password=secret``, ``passfile=secret``); a longer one wherever it appears."""
+    text = text.replace(url, redact_url(url))
     for secret in sorted(url_secrets(url), key=len, reverse=True):
-        text = text.replace(secret, "***")
+        if len(secret) >= _SHORT_SECRET:
+            text = text.replace(secret, "***")
+            continue
+        text = text.replace(f":{secret}@", ":***@")
+        for key in ("password", "passfile", "PASSWORD", "PASSFILE"):
+            text = text.replace(f"{key}={secret}", f"{key}=***")
     return text
 
 

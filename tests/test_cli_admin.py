@@ -341,6 +341,7 @@ async def test_resume_in_a_fresh_process_executes_exactly_once(
         resume = ["operations", "resume", paused.operation_id]
         early = await _cli(*resume, "--registry", "tests.cli_tools:REGISTRY", env=env)
         assert early.returncode == 0 and b"waiting_approval" in early.stdout
+        assert f"still waiting for approval: {approval_id}".encode() in early.stderr
         assert not effects.exists()  # nothing runs before a human decides
         assert (
             await _cli("approvals", "approve", approval_id, "--approver", "ops", env=env)
@@ -439,6 +440,23 @@ def test_resume_refuses_a_registry_it_cannot_load(seed: Seed) -> None:
     )  # fmt: skip
     for (spec, why), proc in zip(cases, procs, strict=True):
         assert proc.returncode == 2 and why in proc.stderr, spec
+
+
+def test_resume_of_an_ended_operation_needs_no_provider_key(seed: Seed, tmp_path: Path) -> None:
+    keyless = {k: v for k, v in cli_env().items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
+    ended, bad_audit = run_all(
+        ["operations", "resume", "op_done", "--registry", "tests.cli_tools:REGISTRY",
+         "--store", seed.url],
+        ["operations", "resume", seed.paused_op, "--registry", "tests.cli_tools:REGISTRY",
+         "--store", seed.url, "--audit-file", str(tmp_path / "no" / "such" / "a.jsonl")],
+        env=keyless,
+    )  # fmt: skip
+    assert ended.returncode == 0, ended.stderr
+    assert "is completed, not waiting for approval: nothing to resume" in ended.stderr
+    assert "API_KEY" not in ended.stderr and "state      completed" in ended.stdout
+    assert bad_audit.returncode == 2
+    assert bad_audit.stderr.startswith("callgate operations resume: --audit-file: cannot open")
+    assert "store" not in bad_audit.stderr  # the store is not to blame
 
 
 # --- store URL ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from callgate.engine.cli_errors import scrub
 from callgate.engine.core.errors import ConfigError, StoreError
 from callgate.engine.store import OperationRecord, open_store, redact_url
 
@@ -343,6 +344,22 @@ def test_decode_in_chunks_matches_decode_whole(tmp_path: Path) -> None:
         assert part.stdout == whole.stdout
 
 
+@pytest.mark.parametrize("size", ["0", "-3", "67108865", "100000000000", "99999999999999999999"])
+def test_decode_refuses_a_chunk_size_out_of_range(size: str) -> None:
+    # A read of that size is allocated up front: a huge one must fail at once, in words.
+    proc = run_cli("decode", "--provider", "openai_chat", "--chunk-size", size, "/dev/null")
+    assert proc.returncode == 2
+    assert one_line(proc) == "callgate decode: --chunk-size must be 1 to 67108864"
+
+
+def test_fixtures_into_a_closed_pipe_ends_quietly() -> None:
+    proc = subprocess.run(
+        f"{' '.join(CLI)} fixtures | head -1", shell=True, cwd=ROOT, capture_output=True,
+        text=True, check=False, executable="/bin/bash",
+    )  # fmt: skip
+    assert proc.stdout.count("\n") == 1 and proc.stderr == ""
+
+
 # --- 10. mistaken paths and registries ------------------------------------------------------
 
 
@@ -382,3 +399,22 @@ def test_sqlite_url_with_a_fragment_is_refused(tmp_path: Path) -> None:
     proc = run_cli("operations", "list", "--store", url)
     assert proc.returncode == 1
     assert "#" in one_line(proc)
+
+
+def test_a_short_password_is_masked_as_a_credential_without_garbling_the_message() -> None:
+    # Masked everywhere, a one-character password would star out that character across
+    # the message (the address, the redacted URL itself).
+    assert scrub("store postgresql://u:p@127.0.0.1:1/db: peer 127.0.0.1 refused", URL_1) == (
+        "store postgresql://u:***@127.0.0.1:1/db: peer 127.0.0.1 refused"
+    )
+    quoted = "dsn user=u password=1 host=127.0.0.1; also postgresql://u:1@h?password=1"
+    assert scrub(quoted, "postgresql://u:1@h?password=1") == (
+        "dsn user=u password=*** host=127.0.0.1; also postgresql://u:***@h?password=***"
+    )
+    # A longer secret is masked wherever a driver quoted it.
+    assert scrub(f"auth failed for {SECRET}", f"postgresql://u:{SECRET}@h/db") == (
+        "auth failed for ***"
+    )
+
+
+URL_1 = "postgresql://u:p@127.0.0.1:1/db"

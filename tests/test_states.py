@@ -237,14 +237,14 @@ def test_diagram_is_deterministic() -> None:
     assert mermaid_diagram() == mermaid_diagram()
 
 
-def test_module_prints_the_diagram() -> None:
+def test_the_cli_prints_the_diagram_without_a_warning() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "callgate.engine.core.states"],
+        [sys.executable, "-W", "error", "-m", "callgate.engine.cli", "states"],
         check=True,
         capture_output=True,
         text=True,
     )
-    assert out.stdout == mermaid_diagram()
+    assert (out.stdout, out.stderr) == (mermaid_diagram(), "")
 
 
 def test_readme_diagram_matches_the_table() -> None:
@@ -255,5 +255,5 @@ def test_readme_diagram_matches_the_table() -> None:
     block = m[1].strip()
     block = re.sub(r"^```mermaid\n|\n```$", "", block)
     assert block.strip() == mermaid_diagram().strip(), (
-        "README state diagram is stale: regenerate with python -m callgate.engine.core.states"
+        "README state diagram is stale: regenerate with callgate states"
     )

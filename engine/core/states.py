@@ -228,7 +228,8 @@ class StopInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def mermaid_diagram() -> str:
-    """A Mermaid ``stateDiagram-v2`` of ``TRANSITIONS`` (the README embeds it verbatim).
+    """A Mermaid ``stateDiagram-v2`` of ``TRANSITIONS`` (the README embeds it verbatim;
+    ``callgate states`` prints it).
 
     Edges between the same two states are merged into one arrow whose label lists the
     inputs in enum order; states and edges appear in enum order too, so the output is stable.
@@ -244,7 +245,3 @@ def mermaid_diagram() -> str:
         lines.append(f"    {src.name} --> {dst.name}: {', '.join(e.name for e in events)}")
     lines.extend(f"    {s.name} --> [*]" for s in OpState if s in TERMINAL)
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":  # python -m callgate.engine.core.states
-    print(mermaid_diagram(), end="")
