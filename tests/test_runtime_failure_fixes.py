@@ -31,6 +31,7 @@ import pytest
 from callgate.engine.core.errors import ConfigError, StoreError
 from callgate.engine.core.registry import Registry, RiskClass, ToolContext, ToolSpec, args_digest
 from callgate.engine.core.states import OpInput, OpState
+from callgate.engine.runtime import steps
 from callgate.engine.runtime.dispatch import _sole_failure
 from callgate.engine.runtime.loop import Runner
 from callgate.engine.runtime.operation import SNAPSHOT_DECODER
@@ -642,3 +643,44 @@ async def test_a_write_whose_result_is_too_large_tells_the_model_it_ran(tmp_path
         "The tool ran (its effect happened); do not call it again to see its result."
     )
     assert get["message"] == "The tool's result exceeded the size limit."  # a read: no effect
+
+
+# --- 6. a result is checked against the call as validated, not against its own label ----
+
+
+@pytest.mark.parametrize("swap", ["call", "idempotency_key"])
+async def test_a_result_relabelled_for_another_call_fails_the_operation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap: str
+) -> None:
+    # A defect between dispatch and binding that moves one call's label onto another's
+    # result (the substitution the spec warns about) must not reach the model.
+    async def looks_up(args: OrderArgs, ctx: ToolContext) -> Any:
+        return {"order": args.order_id}
+
+    real = steps.execute_calls
+
+    async def relabelled(*args: Any, **kw: Any) -> list[Any]:
+        a, b = await real(*args, **kw)
+        if swap == "call":
+            return [
+                msgspec.structs.replace(a, call=b.call),
+                msgspec.structs.replace(b, call=a.call),
+            ]
+        return [msgspec.structs.replace(a, idempotency_key="k" * 64), b]
+
+    monkeypatch.setattr(steps, "execute_calls", relabelled)
+    tools = Tools(get_order=looks_up)
+    calls = [
+        ("c_1", "get_order", '{"order_id":"o1"}'),
+        ("c_2", "get_order", '{"order_id":"o2"}'),
+    ]
+    async with (
+        ReplayServer([turn(P, calls=calls), final()]) as server,
+        SQLiteStore(tmp_path / "db") as store,
+    ):
+        result = await runner(server.base_url, tools.registry(), store).start("Look up")
+        asked = len(server.requests)
+    assert result.state is OpState.FAILED
+    assert result.stop is not None and result.stop.input is OpInput.BINDING_MISMATCH
+    assert "answers another call" in result.stop.reason
+    assert asked == 1  # no result went back to the model

@@ -14,7 +14,7 @@ import httpx
 import msgspec
 
 from callgate.engine.core.adapter import ModelResult
-from callgate.engine.core.audit import AuditChain, AuditRecord, Token, parse_path
+from callgate.engine.core.audit import AuditChain, AuditRecord, Token
 from callgate.engine.core.binding import (
     BindingContext,
     BoundResult,
@@ -22,10 +22,10 @@ from callgate.engine.core.binding import (
     bind,
     to_model_result,
 )
-from callgate.engine.core.canonical import canonical_json, hmac_fields, sha256_hex
+from callgate.engine.core.canonical import canonical_json, sha256_hex
 from callgate.engine.core.correlation import verify_result_set
 from callgate.engine.core.envelope import ErrorCode
-from callgate.engine.core.errors import BindingError, ConfigError
+from callgate.engine.core.errors import BindingError
 from callgate.engine.core.events import CallStarted, EngineEvent, TextDelta
 from callgate.engine.core.guards import BudgetTracker, ExhaustedBudget
 from callgate.engine.core.ids import new_approval_id
@@ -48,6 +48,15 @@ from callgate.engine.core.validation import (
 )
 from callgate.engine.store.base import ApprovalRecord
 
+from .call_records import (
+    answers,
+    argument_value,
+    audit_digests,
+    bindable_arguments,
+    has_canonical_form,
+    sensitive_paths,
+    trusted_key,
+)
 from .dispatch import CallResult, DispatchContext, execute_calls
 from .operation import CallSummary, DriveMarks, OperationSnapshot, unresolved_unknowns
 from .progress import (
@@ -272,11 +281,15 @@ class OperationDrive:
                 # Arguments with no canonical form (an integer beyond 64 bits) cannot be
                 # chained: record the marker and the raw bytes' digest, and let validation
                 # refuse or accept the call as usual. A model never crashes the run.
-                canonical = call.arguments is None or _has_canonical_form(call.arguments)
+                canonical = call.arguments is None or has_canonical_form(call.arguments)
                 data: dict[str, Any] = {"arguments": call.arguments if canonical else None}
                 if not canonical:
                     data["arguments_canonical"] = False
-                data.update(self._digests(call.name, raw_sha256=sha256_hex(call.raw_arguments)))
+                data.update(
+                    self._digests(
+                        call.name, argument_value(call), raw_sha256=sha256_hex(call.raw_arguments)
+                    )
+                )
                 await self.record(
                     "requested",
                     call=call,
@@ -342,7 +355,9 @@ class OperationDrive:
                         "status": res.status,
                         "duration_ms": round(res.duration_ms, 3),
                         "ran": res.ran,
-                        **self._digests(res.tool, idempotency_key=res.idempotency_key),
+                        **self._digests(
+                            res.tool, argument_value(res.call), idempotency_key=res.idempotency_key
+                        ),
                         "detail": res.detail,
                         "result": res.model_result,
                     },
@@ -383,6 +398,7 @@ class OperationDrive:
         trusted: list[TrustedCall] = []
         bound: list[BoundResult] = []
         summaries: list[CallSummary] = []
+        covered: list[tuple[Any, Any]] = []  # what each bound result's digests cover
         # A repeated call id cannot carry a result of its own: providers key results by
         # call id (and verify_result_set refuses two results for one key), so the first
         # occurrence's result answers it. The repeat is audited and summarised, not sent.
@@ -409,7 +425,7 @@ class OperationDrive:
                 )
                 repeats.append((position, summary))
                 continue
-            key = results[call.call_id].idempotency_key if call.call_id in results else None
+            key = trusted_key(v, snap.operation_id)  # recomputed, not the dispatcher's
             ctx = BindingContext(
                 provider=r.provider,
                 api_family=r._adapter.family,
@@ -427,7 +443,7 @@ class OperationDrive:
                 producer_revision=spec.revisions.producer if spec else None,
                 policy_revision=spec.revisions.policy if spec else None,
             )
-            args = _bindable_arguments(call)
+            args = bindable_arguments(call)
             if isinstance(v, Rejected):
                 model_result, is_error, status = (
                     v.envelope.to_model_result(),
@@ -444,10 +460,19 @@ class OperationDrive:
                 )
             else:
                 res = results[call.call_id]
+                if not answers(res, v, key):
+                    # A result the dispatcher labelled with this call but produced for
+                    # another (other arguments, tool or key): never bound to this one.
+                    await self._binding_failed(
+                        f"the result labelled {call.call_id!r} answers another call",
+                        outcome.raw_reason,
+                    )
+                    return None
                 model_result, is_error, status = res.model_result, res.is_error, res.status
             trusted.append(TrustedCall.record(ctx, call.name, args))
             b = bind(ctx, call.name, args, model_result, is_error, r._secret)
             bound.append(b)
+            covered.append((argument_value(call), model_result))
             approval_id = (
                 decisions[call.call_id].approval_id
                 if decisions and call.call_id in decisions
@@ -468,12 +493,9 @@ class OperationDrive:
         try:
             verified = verify_result_set(trusted, bound, r._secret)
         except BindingError as exc:
-            await self.record("binding_failed", data={"reason": str(exc)})
-            await self.stop(
-                OpInput.BINDING_MISMATCH, f"result binding failed: {exc}", outcome.raw_reason
-            )
+            await self._binding_failed(str(exc), outcome.raw_reason)
             return None
-        for b, s in zip(verified, summaries, strict=True):
+        for b, s, values in zip(verified, summaries, covered, strict=True):
             pa = b.protected_audit
             # binding_sha256 covers both digests: unkeyed, it is as guessable as they are;
             # an HMAC under the binding secret is not, and stays as the snapshot shows it.
@@ -488,7 +510,7 @@ class OperationDrive:
                 data={
                     "call_id": s.call_id,
                     "status": s.status,
-                    **self._digests(s.tool, **digests),
+                    **self._digests(s.tool, *values, **digests),
                     **keyed_binding,
                 },
             )
@@ -497,6 +519,10 @@ class OperationDrive:
         snap.calls.extend(summaries)
         snap.approvals = {}
         return [to_model_result(b) for b in verified]
+
+    async def _binding_failed(self, reason: str, raw_reason: str | None) -> None:
+        await self.record("binding_failed", data={"reason": reason})
+        await self.stop(OpInput.BINDING_MISMATCH, f"result binding failed: {reason}", raw_reason)
 
     async def request_approvals(self) -> None:
         r, snap = self.r, self.snap
@@ -527,7 +553,7 @@ class OperationDrive:
                 data={
                     "approval_id": approval_id,
                     "requested": True,
-                    **self._digests(spec.name, args_digest=v.args_digest),
+                    **self._digests(spec.name, argument_value(v.call), args_digest=v.args_digest),
                     "expires_at": now + r._approval_ttl,
                 },
             )
@@ -542,60 +568,13 @@ class OperationDrive:
             )
 
     def _sensitive(self, tool: str, *, arguments: bool) -> list[tuple[Token, ...]]:
-        """Redaction paths inside an audit record's data, as parsed tokens (never spliced
-        strings: ``$``, ``$[*].x`` and ``$['x']`` must land under the prefix too):
-        ``arguments`` + path for the call's arguments, ``result``, ``result`` + path for a
-        handler's value (the record holds the model_result ``{"result": value}``)."""
-        spec = self.r.registry.get(tool)
-        if spec is None:
-            return []
-        if arguments:
-            return [("arguments", *parse_path(p)) for p in spec.sensitive_paths]
-        return [("result", "result", *parse_path(p)) for p in spec.sensitive_result_paths]
+        return sensitive_paths(self.r.registry.get(tool), arguments=arguments)
 
-    def _digests(self, tool: str | None, **digests: str | None) -> dict[str, str | None]:
-        """The digest fields of an audit record for a call of ``tool``.
-
-        For a tool that declares sensitive argument or result paths, a plain SHA-256 of the
-        unredacted values (raw_sha256, request/result/binding digests, idempotency key,
-        args_digest) would let anyone holding the trail brute-force a low-entropy redacted
-        value (a PIN, a one-time code). Such digests are written as HMACs under the audit
-        secret (marked ``"digests": "hmac"``), and left out when there is none. Nothing is
-        kept for verification's sake: ``verify_trail`` checks only the chain, and results
-        are verified in process against callgate's own records, never against the trail.
-        Other tools keep the plain digests (they correlate with the binding and the store).
-        """
+    def _digests(
+        self, tool: str | None, *covered: Any, **digests: str | None
+    ) -> dict[str, str | None]:
         spec = self.r.registry.get(tool) if tool is not None else None
-        if spec is None or not (spec.sensitive_paths or spec.sensitive_result_paths):
-            return digests
-        secret = self.r._audit_secret
-        if secret is None:
-            return {}
-        out: dict[str, str | None] = {
-            name: None if value is None else hmac_fields(secret, _KEYED_DIGEST, name, value)
-            for name, value in digests.items()
-        }
-        out["digests"] = "hmac"
-        return out
-
-
-_KEYED_DIGEST = "callgate/audit-keyed-digest/v1"
-
-
-def _has_canonical_form(arguments: Any) -> bool:
-    try:
-        canonical_json(arguments)
-    except ConfigError:
-        return False
-    return True
-
-
-def _bindable_arguments(call: ProposedCall) -> dict[str, Any]:
-    """The arguments a result is bound to: the parsed object, or — for a call whose text
-    was rejected or has no canonical form — the digest of its raw bytes."""
-    if call.arguments is not None and _has_canonical_form(call.arguments):
-        return call.arguments
-    return {"raw_arguments_sha256": sha256_hex(call.raw_arguments)}
+        return audit_digests(spec, self.audit, self.r._audit_secret, covered, digests)
 
 
 def _echoed(outcome: TurnOutcome) -> TurnOutcome:

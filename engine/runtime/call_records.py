@@ -1,0 +1,129 @@
+"""What a drive records and checks about one call, beside running it: the arguments a
+result is bound to, whether a dispatcher's result answers the call as validated, and the
+digest fields of the call's audit records (keyed where the trail redacts what they cover).
+
+Owns no state and does no I/O; ``steps.OperationDrive`` calls these while it binds results
+and writes the audit trail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from callgate.engine.core.audit import AuditChain, Token, parse_path
+from callgate.engine.core.canonical import canonical_json, digests_equal, hmac_fields, sha256_hex
+from callgate.engine.core.errors import ConfigError
+from callgate.engine.core.outcome import ProposedCall
+from callgate.engine.core.registry import ToolSpec
+from callgate.engine.core.validation import Executable, Verdict
+
+from .dispatch import CallResult
+
+__all__ = [
+    "answers",
+    "argument_value",
+    "audit_digests",
+    "bindable_arguments",
+    "has_canonical_form",
+    "sensitive_paths",
+    "trusted_key",
+]
+
+_KEYED_DIGEST = "callgate/audit-keyed-digest/v1"
+
+
+def has_canonical_form(arguments: Any) -> bool:
+    try:
+        canonical_json(arguments)
+    except ConfigError:
+        return False
+    return True
+
+
+def argument_value(call: ProposedCall) -> Any:
+    """A call's arguments as the trail sees them: parsed, or the raw text that did not."""
+    return call.arguments if call.arguments is not None else call.raw_arguments
+
+
+def bindable_arguments(call: ProposedCall) -> dict[str, Any]:
+    """The arguments a result is bound to: the parsed object, or — for a call whose text
+    was rejected or has no canonical form — the digest of its raw bytes."""
+    if call.arguments is not None and has_canonical_form(call.arguments):
+        return call.arguments
+    return {"raw_arguments_sha256": sha256_hex(call.raw_arguments)}
+
+
+def trusted_key(verdict: Verdict, operation_id: str) -> str | None:
+    """A side effect's idempotency key, computed again from the validated call (the key
+    the dispatcher used must be this one); None for a read, or where none computes (the
+    dispatcher then refused to run the call)."""
+    if not isinstance(verdict, Executable) or not verdict.spec.is_side_effect:
+        return None
+    try:
+        return verdict.spec.idempotency_key(operation_id, verdict.args)
+    except Exception:  # host code (idempotency_fields), or no canonical form
+        return None
+
+
+def answers(result: CallResult, verdict: Verdict, key: str | None) -> bool:
+    """Whether the dispatcher's ``result`` is for the validated call of ``verdict``: the
+    same call, tool, argument digest and idempotency key (each recomputed or kept by
+    validation, never read back from the result alone)."""
+    return (
+        isinstance(verdict, Executable)
+        and result.call.call_id == verdict.call.call_id
+        and result.tool == verdict.spec.name
+        and digests_equal(result.args_digest, verdict.args_digest)
+        and (
+            result.idempotency_key is None
+            if key is None
+            else result.idempotency_key is not None and digests_equal(result.idempotency_key, key)
+        )
+    )
+
+
+def sensitive_paths(spec: ToolSpec | None, *, arguments: bool) -> list[tuple[Token, ...]]:
+    """Redaction paths inside an audit record's data, as parsed tokens (never spliced
+    strings: ``$``, ``$[*].x`` and ``$['x']`` must land under the prefix too):
+    ``arguments`` + path for the call's arguments, ``result``, ``result`` + path for a
+    handler's value (the record holds the model_result ``{"result": value}``)."""
+    if spec is None:
+        return []
+    if arguments:
+        return [("arguments", *parse_path(p)) for p in spec.sensitive_paths]
+    return [("result", "result", *parse_path(p)) for p in spec.sensitive_result_paths]
+
+
+def audit_digests(
+    spec: ToolSpec | None,
+    audit: AuditChain,
+    secret: bytes | None,
+    covered: tuple[Any, ...],
+    digests: Mapping[str, str | None],
+) -> dict[str, str | None]:
+    """The digest fields of an audit record for a call of ``spec``'s tool; ``covered`` are
+    the values (arguments, result) the digests were computed over.
+
+    Where the trail redacts part of those values (the tool declares sensitive argument
+    or result paths, or a value holds one of the chain's sensitive keys, such as
+    ``password``), a plain SHA-256 of the unredacted values (raw_sha256,
+    request/result/binding digests, idempotency key, args_digest) would let anyone
+    holding the trail brute-force a low-entropy redacted value (a PIN, a one-time code).
+    Such digests are written as HMACs under the audit ``secret`` (marked ``"digests":
+    "hmac"``), and left out when there is none. Nothing is kept for verification's sake:
+    ``verify_trail`` checks only the chain, and results are verified in process against
+    callgate's own records, never against the trail. Other calls keep the plain digests
+    (they correlate with the binding and the store).
+    """
+    declared = spec is not None and bool(spec.sensitive_paths or spec.sensitive_result_paths)
+    if not declared and not any(audit.redacts_keys_in(v) for v in covered):
+        return dict(digests)
+    if secret is None:
+        return {}
+    out: dict[str, str | None] = {
+        name: None if value is None else hmac_fields(secret, _KEYED_DIGEST, name, value)
+        for name, value in digests.items()
+    }
+    out["digests"] = "hmac"
+    return out
