@@ -365,6 +365,52 @@ async def test_calls_without_sensitive_paths_keep_plain_digests() -> None:
     assert _kind(sink, "result").data["request_sha256"] == digest_fields("t", {"n": 5})
 
 
+class LoginArgs(msgspec.Struct, forbid_unknown_fields=True):
+    user: str
+    password: str
+
+
+def _login(args: LoginArgs, ctx: ToolContext) -> dict[str, Any]:
+    return {"user": args.user, "api_key": "sk-" + args.password}
+
+
+# No declared paths: the trail redacts `password` and `api_key` for their names alone, so
+# the digests over them are as guessable as a declared path's would be.
+_LOGIN = ToolSpec(name="login", description="Log in.", args_type=LoginArgs, handler=_login)
+_LOGIN_RAW = '{"user": "bob", "password": "7391"}'
+
+
+def _login_unkeyed() -> set[str]:
+    args = {"user": "bob", "password": "7391"}
+    result = {"result": {"user": "bob", "api_key": "sk-7391"}}
+    return {
+        sha256_hex(_LOGIN_RAW.encode()),
+        digest_fields("login", args),
+        sha256_hex(canonical_json(result)),
+    }
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("secret", [SECRET, None], ids=["keyed", "no-secret"])
+async def test_values_redacted_for_their_key_names_get_no_unkeyed_digests(
+    secret: bytes | None,
+) -> None:
+    result, sink = await _run(Registry([_LOGIN]), "login", _LOGIN_RAW, audit_secret=secret)
+    assert result.state is OpState.COMPLETED
+    unkeyed = _login_unkeyed()
+    for kind, fields in _DIGEST_FIELDS.items():
+        rec = _kind(sink, kind)
+        for name in fields:
+            value = rec.data.get(name)
+            assert value is None or value not in unkeyed, (kind, name)
+            if secret is None:
+                assert name not in rec.data, (kind, name)
+    assert _kind(sink, "requested").data["arguments"]["password"] == "[REDACTED]"
+    assert b"7391" not in b"".join(sink.lines)
+    if secret is not None:
+        assert _kind(sink, "result").data["digests"] == "hmac"
+
+
 # --- 9. canonical JSON rejects orjson's native extras ------------------------------------
 
 

@@ -338,6 +338,28 @@ class AuditChain:
         """Digest of the last record appended (``GENESIS`` before the first)."""
         return self._head
 
+    def redacts_keys_in(self, value: Any) -> bool:
+        """Whether this chain's sensitive keys would redact part of ``value`` (an object
+        key named in them at any depth). Bytes (argument text that did not parse) are
+        searched for the names themselves, which errs towards yes. A digest over such a
+        value must not be written unkeyed: it would let anyone holding the trail guess
+        the redacted value back."""
+        keys = self._keys
+        if isinstance(value, bytes | bytearray | memoryview):
+            text = bytes(value).lower()
+            return any(key.encode("utf-8", "surrogatepass") in text for key in keys)
+        stack = [value]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, Mapping):
+                for key, item in node.items():
+                    if isinstance(key, str) and key.lower() in keys:
+                        return True
+                    stack.append(item)
+            elif isinstance(node, list | tuple):
+                stack.extend(node)
+        return False
+
     @property
     def next_seq(self) -> int:
         return self._seq
@@ -401,7 +423,8 @@ def verify_trail(
     """Walk a trail (records, or their JSON lines) once and report the first break.
 
     Stops at the first record that is malformed, out of sequence, not linked to its
-    predecessor, or whose digest does not match its content. Reasons never quote data.
+    predecessor, or whose digest does not match its content. Reasons never quote a
+    record's values; a decoder's message (which may name a field) is escaped.
     """
     prev = start_prev
     count = 0
@@ -434,7 +457,9 @@ def _check(
         try:
             record = _DECODER.decode(line)
         except msgspec.DecodeError as exc:
-            return f"record {position} is not a valid audit record ({exc})"
+            # (A decoder's message may name a field of the line: escaped, it cannot
+            # draw on a terminal.)
+            return f"record {position} is not a valid audit record ({escape_controls(str(exc))})"
         except RecursionError:
             return f"record {position} is not a valid audit record (nested too deeply)"
         # The decoded record is what gets digested, so the line must be exactly its
