@@ -289,7 +289,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if ok:
         print(f"ok: {total} records in {len(reports)} operations")
     for r in reports:
-        print(f"{r.operation_id or '-'}: {r.describe()}")
+        # The id comes from a line that may not verify: escaped, it cannot forge a line.
+        print(f"{escape_controls(r.operation_id) if r.operation_id else '-'}: {r.describe()}")
     return 0 if ok else 1
 
 

@@ -170,3 +170,23 @@ def test_audit_verify_refuses_unusable_input(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "cannot read" in missing.stderr
     assert both.returncode == 2 and "--operation" in both.stderr
     assert (nothing.returncode, nothing.stdout) == (0, f"ok: 0 records, head {'0' * 64}\n")
+
+
+def test_audit_verify_never_prints_a_line_s_control_characters(tmp_path: Path) -> None:
+    # A tampered line's field name and an unverified line's operation id could draw a
+    # forged "ok" on a terminal: both are printed escaped.
+    forged = "\x1b[2K\rok: 3 records, head " + "f" * 64
+    path = tmp_path / "t.jsonl"
+    trail(path, n=3)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({forged: 1}) + "\n")
+    other = tmp_path / "o.jsonl"
+    other.write_text(json.dumps({"operation_id": forged + "\nopA: ok"}) + "\n")
+    field, by_op = run_all(
+        ["audit", "verify", str(path)], ["audit", "verify", str(other), "--by-operation"]
+    )
+    for proc in (field, by_op):
+        assert proc.returncode == 1
+        assert "\x1b" not in proc.stdout + proc.stderr and "\r" not in proc.stdout
+        assert "\\x1b[2K" in proc.stdout
+    assert len(by_op.stdout.splitlines()) == 1  # the id's newline is no line of its own
