@@ -17,6 +17,7 @@ import msgspec
 import pytest
 
 from callgate.engine.core.binding import request_digest
+from callgate.engine.core.guards import Budgets
 from callgate.engine.core.outcome import ProposedCall
 from callgate.engine.core.registry import AuthContext, Registry, RiskClass, ToolContext, ToolSpec
 from callgate.engine.core.states import OpState
@@ -128,6 +129,71 @@ async def test_sync_handlers_over_their_deadline_never_exceed_the_batch_limit() 
         handler.release.set()
     assert len(results) == 6 and all(r.status == "timeout" for r in results)
     assert handler.peak <= 2 and handler.entered == 2  # the rest never got a slot
+
+
+@pytest.mark.anyio
+async def test_sync_handlers_over_their_deadline_count_against_the_next_turns_too() -> None:
+    # The abandoned threads of one turn still run when the next turn's calls start: the
+    # drive's max_parallelism bounds them all, not each turn's batch on its own.
+    handler = _Blocking()
+    registry = Registry(
+        [ToolSpec(name="slow", description="d", args_type=N, handler=handler, timeout=0.05)]
+    )
+    threading.Timer(0.4, handler.release.set).start()  # the first threads return at 0.4 s
+    turns = [
+        turn("openai_chat", calls=[(f"c{t}{i}", "slow", f'{{"n": {t * 2 + i}}}') for i in (0, 1)])
+        for t in range(3)
+    ]
+    try:
+        async with ReplayServer([*turns, turn("openai_chat", text="done")]) as server:
+            runner, _ = make_runner(
+                "openai_chat", server.base_url, registry, budgets=Budgets(max_parallelism=2)
+            )
+            result = await runner.start("go")
+    finally:
+        handler.release.set()
+    assert result.state is OpState.COMPLETED
+    statuses = [c.status for c in result.calls]
+    assert statuses[:2] == ["timeout", "timeout"] and len(statuses) == 6
+    assert handler.entered == 6 and handler.peak == 2  # later turns waited for the slots
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_a_handler_raising_a_cancellation_of_its_own_fails_alone(sync: bool) -> None:
+    # It awaited a task someone else cancelled: nobody cancelled this call, so it is the
+    # handler failing, and its healthy sibling runs to its end.
+    import asyncio
+
+    def raises(args: N, ctx: ToolContext) -> int:
+        raise asyncio.CancelledError
+
+    async def raises_async(args: N, ctx: ToolContext) -> int:
+        raise asyncio.CancelledError
+
+    finished: list[int] = []
+
+    async def healthy(args: N, ctx: ToolContext) -> int:
+        await anyio.sleep(0.1)
+        finished.append(args.n)
+        return args.n
+
+    registry = Registry(
+        [
+            ToolSpec(
+                name="bad", description="d", args_type=N, handler=raises if sync else raises_async
+            ),
+            ToolSpec(name="good", description="d", args_type=N, handler=healthy),
+        ]
+    )
+    results = await execute_calls(
+        _executables(registry, ["bad", "good"]), _ctx(), remaining_seconds=5.0
+    )
+    assert [(r.status, r.detail) for r in results] == [
+        ("handler_error", "CancelledError"),
+        ("ok", ""),
+    ]
+    assert finished == [1]
 
 
 @pytest.mark.anyio

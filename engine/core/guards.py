@@ -72,8 +72,9 @@ class Budgets(msgspec.Struct, frozen=True, kw_only=True):
     # "gpt-4o-2024-08-06"; "gpt-4o-mini" is another model). With max_cost set, a turn of
     # an unpriced model exhausts the cost budget: unknown spend is not zero spend.
     prices: dict[str, Price] = {}
-    # Calls of one turn running at once. Eight keeps a parallel fan-out fast without
-    # letting one response monopolise downstream systems.
+    # Handlers of one drive (a start or a resume) running at once, across its turns (a
+    # sync handler past its deadline keeps its slot until it returns). Eight keeps a
+    # parallel fan-out fast without letting one response monopolise downstream systems.
     max_parallelism: int = 8
     # Bytes of one result's model projection. Results are resent on every later turn, so
     # 64 KiB (≈16k tokens) is already a heavy context; a tool may set a lower limit.

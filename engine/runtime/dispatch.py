@@ -76,11 +76,13 @@ class CallResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DispatchContext:
-    """What a batch of calls runs under. ``max_parallelism`` bounds the calls of this
-    context running at once. Per-tool limits (``ToolSpec.max_concurrency``) live in
-    ``tool_limiters``: pass the same dict to every context (the ``Runner`` does, for all
-    its operations) so that a tool's limit holds across concurrent operations, not just
-    within one batch."""
+    """What a batch of calls runs under. ``max_parallelism`` bounds the calls running at
+    once, through ``limiter`` when given (pass the same one to every batch of a drive, so
+    that a sync handler still running past its deadline keeps counting against the next
+    turn's calls), else a limiter of this batch's own. Per-tool limits
+    (``ToolSpec.max_concurrency``) live in ``tool_limiters``: pass the same dict to every
+    context (the ``Runner`` does, for all its operations) so that a tool's limit holds
+    across concurrent operations, not just within one batch."""
 
     def __init__(
         self,
@@ -95,11 +97,12 @@ class DispatchContext:
         provider: str | None = None,
         model: str | None = None,
         tool_limiters: dict[str, anyio.CapacityLimiter] | None = None,
+        limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
         self.auth = auth
         self.store = store
         self.worker_id = worker_id
-        self.limiter = anyio.CapacityLimiter(max_parallelism)
+        self.limiter = limiter or anyio.CapacityLimiter(max_parallelism)
         self.max_result_bytes = max_result_bytes
         self.clock = clock
         self.progress = progress
@@ -320,12 +323,23 @@ async def _run_limited(
             # No store, no ledger: nothing could reconcile a retry, so stop for a human.
             detail = "tool deadline passed; no store to reconcile the effect"
             return done(_envelope(code), code.value, ran=True, unresolved=True, detail=detail)
-        except anyio.get_cancelled_exc_class():
-            if store is not None and key is not None:
-                with anyio.CancelScope(shield=True):
-                    await store.ledger_mark_unknown(ctx.auth.tenant, key, owner, now=ctx.clock())
-            raise
+        except anyio.get_cancelled_exc_class() as exc:
+            if _cancel_requested():
+                if store is not None and key is not None:
+                    with anyio.CancelScope(shield=True):
+                        await store.ledger_mark_unknown(
+                            ctx.auth.tenant, key, owner, now=ctx.clock()
+                        )
+                raise
+            # Nobody cancelled this call: the handler raised a cancellation of its own (it
+            # awaited a task someone else cancelled). Host code failing, answered as such;
+            # let through, it would cancel the sibling calls mid-run.
+            failure: BaseException | None = exc
         except Exception as exc:  # the handler is host code; its failure is a result
+            failure = exc
+        else:
+            failure = None
+        if failure is not None:
             span.set_outcome("handler_error", error=True)
             result = _envelope(ErrorCode.HANDLER_ERROR)
             if store is not None and key is not None:
@@ -337,7 +351,7 @@ async def _run_limited(
                     canonical_json(result),
                     now=ctx.clock(),
                 )
-            return done(result, "handler_error", ran=True, detail=type(exc).__name__)
+            return done(result, "handler_error", ran=True, detail=type(failure).__name__)
         span.set_outcome("ok")
 
     model_result, status, detail = _shape(value, spec, ctx)
@@ -353,6 +367,17 @@ async def _run_limited(
             now=ctx.clock(),
         )
     return done(model_result, status, ran=True, detail=detail)
+
+
+def _cancel_requested() -> bool:
+    """Whether a cancellation reaching this task was asked for (a scope or the operation
+    deadline cancelled it), not merely raised by the code it awaited. On asyncio that is
+    the task's pending cancel requests; other backends let no code raise theirs."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no asyncio loop (trio)
+        return True
+    return task is None or task.cancelling() > 0
 
 
 def _shape(value: Any, spec: ToolSpec, ctx: DispatchContext) -> tuple[dict[str, Any], str, str]:

@@ -101,6 +101,9 @@ class OperationDrive:
         self.snap = snap
         self.tracker = tracker
         self.audit = audit
+        # One bound for the drive's handlers across its turns: a sync handler that ran
+        # past its deadline still holds its slot while the next turn's calls start.
+        self.parallel = anyio.CapacityLimiter(runner.budgets.max_parallelism)
         self.auth = AuthContext(
             tenant=snap.tenant,
             subject=snap.subject,
@@ -337,6 +340,7 @@ class OperationDrive:
                 provider=r.provider,
                 model=r.model,
                 tool_limiters=r._tool_limiters,
+                limiter=self.parallel,
             )
             remaining = self.tracker.remaining_seconds(r._clock())
             for res in await execute_calls(executables, ctx, remaining_seconds=remaining):
