@@ -525,7 +525,7 @@ class OpenAIResponsesAdapter:
                     # Left out of the kept item (or null there, as some compatible
                     # endpoints send it): the call's own bytes are the same text.
                     raw = call.raw_arguments if call is not None else b""
-                    echoed["arguments"] = raw.decode("utf-8", "replace")
+                    echoed["arguments"] = raw.decode("utf-8", "replace") or "{}"
                 if echoed.get("call_id") in echoed_ids:
                     continue
                 echoed_ids.add(echoed.get("call_id"))
@@ -545,7 +545,8 @@ class OpenAIResponsesAdapter:
                 rebuilt["id"] = call.item_id
             rebuilt["call_id"] = call.call_id
             rebuilt["name"] = call.name
-            rebuilt["arguments"] = call.raw_arguments.decode("utf-8", "replace")
+            # (A refused call holds no bytes; "{}" is how the API spells no arguments.)
+            rebuilt["arguments"] = call.raw_arguments.decode("utf-8", "replace") or "{}"
             ordered.append((call.index, 1, rebuilt))
         ordered.sort(key=lambda entry: (entry[0], entry[1]))
         return [entry[2] for entry in ordered]

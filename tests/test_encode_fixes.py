@@ -22,9 +22,11 @@ from callgate.adapters import openai_responses
 from callgate.adapters.gemini import ADAPTER as GEMINI
 from callgate.adapters.gemini_interactions import ADAPTER as INTERACTIONS
 from callgate.adapters.openai_responses import ADAPTER as RESPONSES
-from callgate.engine.core.adapter import ToolDeclaration
+from callgate.adapters.render import RenderCall, render_turn
+from callgate.engine.core.adapter import ToolDeclaration, load_adapter
 from callgate.engine.core.decode import decode
 from callgate.engine.core.events import ContinuationItem
+from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProposedCall, TurnOutcome
 
 from .openai_responses_helpers import FAMILY
@@ -285,3 +287,18 @@ def test_a_turn_that_produced_reasoning_makes_the_next_request_ask() -> None:
     assert body.body["include"] == ["reasoning.encrypted_content"]
     plain = RESPONSES.build_request(model="house-model", messages=[], tools=[]).body
     assert "include" not in plain
+
+
+@pytest.mark.parametrize("provider", ["openai_chat", "openai_responses"])
+def test_a_call_refused_for_its_size_is_echoed_with_no_arguments(provider: str) -> None:
+    # It holds no bytes: "{}" is how both OpenAI APIs spell no arguments ("" is not).
+    big = json.dumps({"x": "y" * 100})
+    body = render_turn(
+        provider, calls=[RenderCall("c_small", "t", '{"a":1}'), RenderCall("c_big", "t", big)]
+    )
+    outcome = decode(provider, [body], Limits(max_call_argument_bytes=20))
+    assert [c.error is None for c in outcome.calls] == [True, False]
+    echo = load_adapter(provider).assistant_echo(outcome)
+    calls = echo[0]["tool_calls"] if provider == "openai_chat" else echo
+    arguments = [c["function"]["arguments"] if "function" in c else c["arguments"] for c in calls]
+    assert arguments == ['{"a":1}', "{}"]
