@@ -4,7 +4,9 @@ at a time and at seeded random chunk boundaries: the first ending reason counts 
 that arrives without refusal deltas (with text, or empty) is a refusal; only Gemini's
 candidate 0 is the turn; a Gemini responseId that arrives after the model version still
 names the derived call ids; an interaction whose last status was failed (no
-interaction.completed after it) is failed, not truncated. Streams:
+interaction.completed after it) is failed, not truncated; an Anthropic paused turn that
+holds a complete client call is failed (sent back as it is, the call would go unanswered).
+Streams:
 tests/streams/classification/."""
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ CASES = [
     ("resp_refusal_empty.sse", "openai_responses", OutcomeKind.REFUSAL, "completed", 0),
     ("gem_cand1_later.sse", "gemini", OutcomeKind.FINAL_TEXT, "STOP", 0),
     ("gem_cand1_fc.sse", "gemini", OutcomeKind.FINAL_TEXT, "STOP", 0),
+    # A paused turn is sent back as it is: a client call in it would go unanswered.
+    ("ant_pause_with_client_call.sse", "anthropic", OutcomeKind.FAILED, "pause_turn", 1),
     (
         "inter_status_failed_no_completed.sse",
         "gemini_interactions",

@@ -183,6 +183,10 @@ class TurnAssembler:
         if completion is None:
             return OutcomeKind.TRUNCATED, "the stream ended before the provider's terminal signal"
         kind = completion.kind
+        if kind is OutcomeKind.PAUSED and self._calls.any_done:
+            # A paused turn is sent back as it is to continue; a client call in it would
+            # go back without its result (or never run): not a turn callgate can carry.
+            return OutcomeKind.FAILED, "a paused turn carries complete client tool calls"
         if kind not in _EXPLICIT_OK:
             return kind, f"provider reason {completion.raw_reason!r} maps to {kind.value}"
         open_calls = self._calls.open_count
