@@ -29,6 +29,7 @@ import msgspec
 import pytest
 
 from callgate.engine.core.errors import ConfigError, StoreError
+from callgate.engine.core.guards import Budgets
 from callgate.engine.core.registry import Registry, RiskClass, ToolContext, ToolSpec, args_digest
 from callgate.engine.core.states import OpInput, OpState
 from callgate.engine.runtime import steps
@@ -684,3 +685,46 @@ async def test_a_result_relabelled_for_another_call_fails_the_operation(
     assert result.stop is not None and result.stop.input is OpInput.BINDING_MISMATCH
     assert "answers another call" in result.stop.reason
     assert asked == 1  # no result went back to the model
+
+
+async def test_a_write_cut_off_by_the_operation_deadline_keeps_its_key_and_escalates(
+    tmp_path: Path,
+) -> None:
+    # Its result is made by the deadline, not the handler: it must still carry the call's
+    # idempotency key, or binding would refuse it and the operation would end failed.
+    async def hangs(args: EmailArgs, ctx: ToolContext) -> Any:
+        await anyio.sleep(10)
+
+    tools = Tools(email=hangs)
+    async with (
+        ReplayServer([email("c_mail", "hi"), final()]) as server,
+        SQLiteStore(tmp_path / "db") as store,
+    ):
+        result = await runner(
+            server.base_url, tools.registry(), store, budgets=Budgets(deadline_seconds=0.3)
+        ).start("Mail Bob")
+    assert result.state is OpState.ESCALATED
+    assert result.stop is not None and result.stop.input is OpInput.DEADLINE
+    assert [(c.call_id, c.status) for c in result.calls] == [("c_mail", "outcome_unknown")]
+    assert result.calls[0].idempotency_key is not None
+
+
+async def test_a_write_result_under_another_key_fails_the_operation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = steps.execute_calls
+
+    async def rekeyed(*args: Any, **kw: Any) -> list[Any]:
+        (res,) = await real(*args, **kw)
+        return [msgspec.structs.replace(res, idempotency_key="0" * 64)]
+
+    monkeypatch.setattr(steps, "execute_calls", rekeyed)
+    tools = Tools()
+    async with (
+        ReplayServer([email("c_mail", "hi"), final()]) as server,
+        SQLiteStore(tmp_path / "db") as store,
+    ):
+        result = await runner(server.base_url, tools.registry(), store).start("Mail Bob")
+        asked = len(server.requests)
+    assert result.state is OpState.FAILED and asked == 1
+    assert result.stop is not None and result.stop.input is OpInput.BINDING_MISMATCH

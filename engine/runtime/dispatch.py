@@ -168,10 +168,22 @@ async def execute_calls(
                 status=code.value,
                 duration_ms=elapsed,
                 ran=began is not None,
+                idempotency_key=_key_of(item, ctx)[0],  # the key the call held, if any
                 detail="cancelled by the operation deadline",
             )
         out.append(result)
     return out
+
+
+def _key_of(item: Executable, ctx: DispatchContext) -> tuple[str | None, str]:
+    """A side effect's idempotency key (None for a read), or why none computes: host code
+    (``idempotency_fields``) failed, or the business arguments have no canonical form."""
+    if not item.spec.is_side_effect:
+        return None, ""
+    try:
+        return item.spec.idempotency_key(ctx.auth.operation_id, item.args), ""
+    except Exception as exc:
+        return None, type(exc).__name__
 
 
 def _sole_failure(group: BaseExceptionGroup[BaseException]) -> Exception | None:
@@ -233,13 +245,7 @@ async def _run_limited(
     spec = item.spec
     start = ctx.clock()
     started[i] = start
-    key: str | None = None
-    key_error = ""
-    if spec.is_side_effect:
-        try:
-            key = spec.idempotency_key(ctx.auth.operation_id, item.args)
-        except Exception as exc:  # host code (idempotency_fields) or no canonical form
-            key_error = type(exc).__name__
+    key, key_error = _key_of(item, ctx)
 
     def done(
         model_result: dict[str, Any],

@@ -258,8 +258,9 @@ class OperationDrive:
             unknown = unresolved_unknowns(snap.calls)
             if unknown:
                 names = ", ".join(f"{c.tool} ({c.call_id})" for c in unknown)
+                why = f" ({reason})" if reason else ""
                 reason = (
-                    f"the model turn ended {event.value} ({reason}), but these calls'"
+                    f"the model turn ended {event.value}{why}, but these calls'"
                     f" outcome is unknown: {names}"
                 )
                 event = OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
