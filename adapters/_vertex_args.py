@@ -107,7 +107,13 @@ class StreamedArguments:
 
     def add(self, pieces: list[PartialArg]) -> None:
         if self.error is not None:
-            return  # refused: the rest of its arguments is not kept
+            # Refused: the rest is not kept, only measured (a refused call's bytes still
+            # count against the response's cap).
+            self._nbytes += sum(
+                utf8_len(p.json_path) + (utf8_len(p.string_value) if p.string_value else 0)
+                for p in pieces
+            )
+            return
         limit, budget = self._limits.max_call_argument_bytes, self._budget
         leaves = self._leaves
         nbytes, held = self._nbytes, self._held
@@ -150,6 +156,7 @@ class StreamedArguments:
                         leaf.fresh = 0
                         held -= (_COMPACT - 1) * _PIECE_COST
             if nbytes > limit:
+                self._nbytes = nbytes
                 self._refuse(f"arguments exceed max_call_argument_bytes ({limit})")
                 return
             if held > budget:
@@ -160,10 +167,16 @@ class StreamedArguments:
                 )
         self._nbytes, self._held = nbytes, held
 
+    @property
+    def nbytes(self) -> int:
+        """The UTF-8 bytes received: each path once and every string piece (a refused
+        call's later paths count at every piece)."""
+        return self._nbytes
+
     def _refuse(self, reason: str) -> None:
         self.error = reason
         self._leaves = {}
-        self._nbytes = self._held = 0
+        self._held = 0
 
     def build(self) -> bytes | None:
         """The JSON object text (UTF-8) of everything received, or None when no piece

@@ -420,10 +420,11 @@ class GeminiStream:
         if not fc.will_continue:
             # The terminating piece (an empty functionCall): build the object and close.
             self._vertex = None
-            arguments = vertex.build()
-            error = vertex.error  # a per-call cap refused it: done, without arguments
-            done = CallDone(vertex.index, raw=arguments) if error is None else None
-            out.append(done or CallDone(vertex.index, error=error))
+            arguments = vertex.build()  # None when a per-call cap refused it (error)
+            refused = vertex.nbytes if vertex.error is not None else 0
+            out.append(
+                CallDone(vertex.index, raw=arguments, error=vertex.error, refused_bytes=refused)
+            )
         return vertex.index
 
     # --- unframed text -----------------------------------------------------------------

@@ -42,6 +42,7 @@ ROOMY_LIMITS = Limits(
     max_json_depth=16,
     max_text_bytes=1024,
     max_continuation_items=32,
+    max_continuation_bytes=65536,
 )
 # Caps that real fixture events already exceed, so every cap path is exercised often.
 TIGHT_LIMITS = Limits(
@@ -53,6 +54,7 @@ TIGHT_LIMITS = Limits(
     max_json_depth=3,
     max_text_bytes=64,
     max_continuation_items=2,
+    max_continuation_bytes=512,
 )
 
 

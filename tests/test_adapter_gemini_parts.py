@@ -189,7 +189,8 @@ def test_streamed_arguments_over_the_call_cap_refuse_that_call_alone() -> None:
         limits=limits,
     )
     assert of(over, CallDone) == [
-        CallDone(0, error="arguments exceed max_call_argument_bytes (12)"),
+        # (refused_bytes: the 12 held, and the path "$.c" of the piece that passed the cap)
+        CallDone(0, error="arguments exceed max_call_argument_bytes (12)", refused_bytes=15),
         CallDone(1, raw=b'{"a": 1}'),  # (json.dumps spacing: the exact bytes)
     ]
 
@@ -198,7 +199,9 @@ def test_streamed_arguments_past_the_depth_cap_refuse_that_call_alone() -> None:
     events = run_chunks(
         *streamed_call("f", piece("$.a.b.c", numberValue=1)), limits=Limits(max_json_depth=2)
     )
-    assert of(events, CallDone) == [CallDone(0, error="arguments nest deeper than 2 levels")]
+    assert of(events, CallDone) == [
+        CallDone(0, error="arguments nest deeper than 2 levels", refused_bytes=7)
+    ]
 
 
 def test_thought_text_is_capped() -> None:

@@ -381,6 +381,26 @@ def test_a_streamed_call_past_a_per_call_cap_is_refused_alone(
     assert not out.incomplete_calls
 
 
+def test_refused_streamed_calls_still_count_against_the_response_cap() -> None:
+    # As refused whole args and spoiled fragment calls do: six calls of 100 bytes, each
+    # over its 64-byte cap, are 600 bytes against a 300-byte response.
+    limits = Limits(max_call_argument_bytes=64, max_response_argument_bytes=300)
+    chunks = []
+    for i in range(6):
+        chunks += [
+            _cand(_fc(name=f"f{i}", willContinue=True)),
+            _more({"jsonPath": "$.s", "stringValue": "x" * 100}),
+            _cand(_fc()),
+        ]
+    chunks.append(_cand({"text": ""}, finish="STOP"))
+    out = _decode_all_ways(b"".join(_frame(c) for c in chunks), limits)
+    assert out.kind is OutcomeKind.FAILED
+    assert "max_response_argument_bytes" in (out.stop_reason or "")
+    # Two of them fit.
+    out = _decode_all_ways(b"".join(_frame(c) for c in [*chunks[:6], chunks[-1]]), limits)
+    assert out.kind is OutcomeKind.TOOL_PROPOSALS and len(out.calls) == 2
+
+
 def _peak(run: Callable[[], object]) -> tuple[int, object]:
     tracemalloc.start()
     try:

@@ -7,9 +7,12 @@ import json
 import tracemalloc
 from collections.abc import Iterator
 
+import msgspec
 import pytest
 
 from callgate.engine import Limits, OutcomeKind, decode
+
+from .conftest import chunkings
 
 MiB = 1024 * 1024
 
@@ -155,3 +158,36 @@ def test_decode_stops_reading_an_endless_source_once_it_failed() -> None:
     out = decode("anthropic", endless())
     assert out.kind is OutcomeKind.FAILED and "max_line_bytes" in out.stop_reason
     assert read <= Limits().max_line_bytes // (64 * 1024) + 2
+
+
+# --- continuation and detail bytes ------------------------------------------------------
+
+
+def _inline_parts(n: int, size: int) -> bytes:
+    """n Gemini chunks, each with an inlineData part (a detail the adapter keeps), then
+    STOP."""
+    chunks = [
+        {"candidates": [{"content": {"role": "model", "parts": [
+            {"inlineData": {"mimeType": "image/png", "data": "A" * size}}]}}]}
+        for _ in range(n)
+    ]  # fmt: skip
+    chunks.append(
+        {"candidates": [{"content": {"parts": [{"text": "ok"}]}, "finishReason": "STOP"}]}
+    )
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
+
+
+def test_held_continuation_and_detail_bytes_are_capped_at_the_limit() -> None:
+    # A count cap alone would let 1024 items of an event's size each be held.
+    body = _inline_parts(3, 1000)
+    whole = decode("gemini", [body])
+    held = sum(len(msgspec.json.encode(x)) for x in (*whole.continuation, *whole.provider_details))
+    assert held > 3000 and whole.kind is OutcomeKind.FINAL_TEXT
+    for cap, ok in ((held - 1, False), (held, True), (held + 1, True)):
+        for _, chunks in chunkings(body):
+            out = decode("gemini", chunks, Limits(max_continuation_bytes=cap))
+            if ok:
+                assert out == whole
+            else:
+                assert out.kind is OutcomeKind.FAILED
+                assert out.stop_reason == f"limit exceeded: max_continuation_bytes={cap}"

@@ -112,9 +112,9 @@ def test_a_call_over_its_cap_is_refused_alone_and_holds_nothing() -> None:
     assert args.error is None
     args.add([_piece("$.c", "")])  # one byte more
     assert args.error == "arguments exceed max_call_argument_bytes (12)"
-    assert args._leaves == {} and args._nbytes == 0  # what it held is dropped
-    args.add([_piece("$.d", "x" * 1000)])  # later pieces are skipped, never kept
-    assert args._leaves == {}
+    assert args._leaves == {} and args.nbytes == 15  # what it held is dropped, not its size
+    args.add([_piece("$.d", "x" * 1000)])  # later pieces are skipped, only measured
+    assert args._leaves == {} and args.nbytes == 15 + 3 + 1000
     assert args.build() is None
 
 

@@ -324,13 +324,16 @@ class CallAccumulator:
         arguments: str | None,
         raw: bytes | None = None,
         literal: msgspec.Raw | None = None,
+        *,
         error: str | None = None,
+        refused_bytes: int = 0,
     ) -> None:
         """The call's done signal. A done event that repeats the arguments gives them as
         ``arguments`` (text) or ``literal`` (the JSON string literal, compared a slice at
         a time): they must equal the fragments. ``raw`` is the exact bytes of a call the
         provider sends whole (Gemini), never together with fragments. ``error``: the
-        adapter refused the arguments it assembled (the call is done and refused)."""
+        adapter refused the arguments it assembled (the call is done and refused); their
+        ``refused_bytes`` still count against the response's cap."""
         call = self._calls.get(index)
         if call is None:
             raise StreamProtocolError(f"done signal for call index {index} that never started")
@@ -355,6 +358,9 @@ class CallAccumulator:
                     call.arguments = None
             return
         if error is not None:
+            if self._total + refused_bytes > self._max_total:
+                raise LimitExceeded("max_response_argument_bytes", self._max_total)
+            self._total += refused_bytes
             call.done = True
             self._done += 1
             self._open.pop(index, None)

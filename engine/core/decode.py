@@ -49,6 +49,7 @@ from .utf8 import utf8_len
 __all__ = ["StreamDecoder", "TurnAssembler", "decode"]
 
 _EXPLICIT_OK = (OutcomeKind.FINAL_TEXT, OutcomeKind.TOOL_PROPOSALS)
+_encode = msgspec.json.encode
 _NO_USAGE = Usage()
 
 
@@ -62,6 +63,7 @@ class TurnAssembler:
         "_details",
         "_error",
         "_failure",
+        "_kept",
         "_limits",
         "_max_text",
         "_model",
@@ -87,6 +89,7 @@ class TurnAssembler:
         self._failure: str | None = None
         self._continuation: list[ContinuationItem] = []
         self._details: list[ProviderDetail] = []
+        self._kept = 0  # bytes of the continuation items and details held
 
     def apply(self, event: EngineEvent | ArgumentsRun) -> None:
         # Dispatch on the event's exact type: cheaper than an isinstance chain per event.
@@ -116,7 +119,14 @@ class TurnAssembler:
         self._calls.start(ev.index, ev.name, ev.call_id, ev.item_id)
 
     def _on_call_done(self, ev: CallDone) -> None:
-        self._calls.done(ev.index, ev.arguments, ev.raw, ev.literal, ev.error)
+        self._calls.done(
+            ev.index,
+            ev.arguments,
+            ev.raw,
+            ev.literal,
+            error=ev.error,
+            refused_bytes=ev.refused_bytes,
+        )
 
     def _on_meta(self, ev: ResponseMeta) -> None:
         # The first non-empty value of each counts: an empty id or model is no value (a
@@ -143,11 +153,23 @@ class TurnAssembler:
     def _on_continuation(self, ev: ContinuationItem) -> None:
         if len(self._continuation) >= self._limits.max_continuation_items:
             raise LimitExceeded("max_continuation_items", self._limits.max_continuation_items)
+        self._keep(ev)
         self._continuation.append(ev)
 
     def _on_detail(self, ev: ProviderDetail) -> None:
         if len(self._details) < self._limits.max_continuation_items:
+            self._keep(ev)
             self._details.append(ev)
+
+    def _keep(self, ev: ContinuationItem | ProviderDetail) -> None:
+        """Count a held item's bytes (as the outcome will encode it) against the cap."""
+        try:
+            size = len(_encode(ev))
+        except Exception:  # (not encodable as it stands: count its text form instead)
+            size = len(repr(ev))
+        self._kept += size
+        if self._kept > self._limits.max_continuation_bytes:
+            raise LimitExceeded("max_continuation_bytes", self._limits.max_continuation_bytes)
 
     def fail(self, reason: str) -> None:
         """Record a pipeline failure (cap, protocol violation); the turn ends ``failed``."""

@@ -100,7 +100,8 @@ class CallDone(msgspec.Struct, frozen=True, gc=False, tag="call_done"):
     of a call that arrives whole, without fragments (a Gemini ``functionCall`` part):
     they are parsed as received, never re-encoded. ``error`` says why the adapter refused
     arguments it assembled itself (a Vertex streamed call past a per-call cap): the call
-    is done and refused, and carries no text.
+    is done and refused, and carries no text; ``refused_bytes`` is how many bytes it had
+    (they count against the response's cap, as a refused call's fragments do).
     """
 
     index: int
@@ -108,6 +109,7 @@ class CallDone(msgspec.Struct, frozen=True, gc=False, tag="call_done"):
     raw: bytes | None = None
     literal: msgspec.Raw | None = None
     error: str | None = None
+    refused_bytes: int = 0
 
 
 class UsageReport(msgspec.Struct, frozen=True, gc=False, tag="usage"):

@@ -46,6 +46,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_text_bytes: int = 16 * _MiB
     # Continuation items (reasoning, thinking blocks, signatures) of one response.
     max_continuation_items: int = 1024
+    # Their bytes (JSON), with the provider details kept beside them (parts and blocks
+    # the adapter does not read, such as Gemini inlineData): a count alone would let 1024
+    # items of an event's size each be held. Encrypted reasoning and signatures are
+    # kilobytes; 16 MiB matches the text cap.
+    max_continuation_bytes: int = 16 * _MiB
 
     def __post_init__(self) -> None:
         if self.max_json_depth > MAX_JSON_DEPTH:
