@@ -223,6 +223,15 @@ def _unattributable(line: int) -> ChainReport:
     )
 
 
+def _shown(operation_id: str) -> str:
+    """An operation id for the terminal. A record stores its id escaped already, so an
+    honest id holds no control character and is shown as it is (the id ``--operation``
+    takes); one from a line that does not verify may hold any, and is escaped (it could
+    otherwise forge a line)."""
+    escaped = escape_controls(operation_id)
+    return operation_id if escaped == operation_id.replace("\\", "\\\\") else escaped
+
+
 def _several_operations(path: str, report: ChainReport) -> bool:
     """Whether a single-chain failure is really a file holding several operations' chains
     (the first record and the broken one belong to different operations)."""
@@ -289,8 +298,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if ok:
         print(f"ok: {total} records in {len(reports)} operations")
     for r in reports:
-        # The id comes from a line that may not verify: escaped, it cannot forge a line.
-        print(f"{escape_controls(r.operation_id) if r.operation_id else '-'}: {r.describe()}")
+        print(f"{_shown(r.operation_id) if r.operation_id else '-'}: {r.describe()}")
     return 0 if ok else 1
 
 

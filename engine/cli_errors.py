@@ -34,7 +34,8 @@ def scrub(text: str, url: str) -> str:
     userinfo password and the ``password``/``passfile`` query values, as written and
     decoded — found even in a URL that does not parse). A secret of fewer than
     ``_SHORT_SECRET`` characters is masked where it is written as one (``:secret@``,
-    ``password=secret``, ``passfile=secret``); a longer one wherever it appears."""
+    ``password=secret``, ``passfile=secret``, also quoted); a longer one wherever it
+    appears."""
     text = text.replace(url, redact_url(url))
     for secret in sorted(url_secrets(url), key=len, reverse=True):
         if len(secret) >= _SHORT_SECRET:
@@ -42,7 +43,9 @@ def scrub(text: str, url: str) -> str:
             continue
         text = text.replace(f":{secret}@", ":***@")
         for key in ("password", "passfile", "PASSWORD", "PASSFILE"):
-            text = text.replace(f"{key}={secret}", f"{key}=***")
+            # (The conninfo form quotes a value: password='ab'.)
+            for quote in ("'", '"', ""):
+                text = text.replace(f"{key}={quote}{secret}{quote}", f"{key}={quote}***{quote}")
     return text
 
 

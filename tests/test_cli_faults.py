@@ -411,6 +411,9 @@ def test_a_short_password_is_masked_as_a_credential_without_garbling_the_message
     assert scrub(quoted, "postgresql://u:1@h?password=1") == (
         "dsn user=u password=*** host=127.0.0.1; also postgresql://u:***@h?password=***"
     )
+    assert scrub("conninfo: password='ab' host=h1", "postgresql://u:ab@h1/db") == (
+        "conninfo: password='***' host=h1"
+    )
     # A longer secret is masked wherever a driver quoted it.
     assert scrub(f"auth failed for {SECRET}", f"postgresql://u:{SECRET}@h/db") == (
         "auth failed for ***"
