@@ -5,6 +5,7 @@ every network failure ending in an explicit, never-complete outcome."""
 from __future__ import annotations
 
 import email.utils
+import math
 import socket
 from pathlib import Path
 
@@ -433,6 +434,17 @@ def test_backoff_jitter_stays_within_its_fraction() -> None:
         RetryPolicy(jitter=1.5)
     with pytest.raises(ConfigError):
         TransportTimeouts(idle_stream=0)
+    with pytest.raises(ConfigError):
+        TransportTimeouts(total=math.nan)  # NaN compares false to every bound
+    with pytest.raises(ConfigError):
+        RetryPolicy(base_delay=math.nan)
+
+
+@pytest.mark.parametrize("key", ["", "sk-new\n", " sk-padded", "sk-\x00nul"])
+def test_an_api_key_that_cannot_be_a_header_value_is_refused(key: str) -> None:
+    # (The HTTP library would fail on it late, and may log the header value.)
+    with pytest.raises(ConfigError, match="API key"):
+        ProviderEndpoint(base_url="https://api.example", api_key=key)
 
 
 def test_retry_after_forms() -> None:
@@ -447,6 +459,10 @@ def test_retry_after_forms() -> None:
     assert retry_after_seconds({"retry-after": "soon"}, now) is None
     assert retry_after_seconds({"retry-after": "nan"}, now) is None
     assert retry_after_seconds({}, now) is None
+    # Dates whose day or zone is out of range (the date parser overflows): unreadable.
+    huge = "99999999999999999999"
+    for value in (f"Mon, {huge} Jan 2024 00:00:00 GMT", f"Mon, 01 Jan 2024 00:00:00 +{huge}"):
+        assert retry_after_seconds({"retry-after": value}, now) is None
 
 
 def test_turn_attempt_is_a_frozen_value() -> None:

@@ -225,3 +225,18 @@ async def test_the_run_loop_tells_progress_to_discard_a_retried_attempts_text() 
     after = progress.events[progress.events.index(progress.of(TurnRetried)[0]) + 1 :]
     shown = "".join(e.text for e in after if isinstance(e, TextChunk))
     assert shown == result.text  # ...and what follows the retry notice is the answer
+
+
+@pytest.mark.anyio
+async def test_an_api_key_an_endpoint_echoes_is_masked_in_the_outcome() -> None:
+    # "Incorrect API key provided: sk-..." is kept as the error message and persisted.
+    body = b'{"error":{"message":"Incorrect API key provided: sk-test-0123456789","code":"x"}}'
+    turn = ReplayTurn(status=401, body=body, content_type="application/json")
+    async with ReplayServer([turn]) as server, httpx.AsyncClient() as http:
+        endpoint = ProviderEndpoint(base_url=server.base_url, api_key="sk-test-0123456789")
+        attempt = await stream_turn(
+            http, load_adapter("openai_chat"), CHAT, endpoint, retry=THREE, sleep=_no_sleep
+        )
+    error = attempt.outcome.error
+    assert error is not None and error.status == 401
+    assert error.message == "Incorrect API key provided: ***"

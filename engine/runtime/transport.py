@@ -108,6 +108,15 @@ class ProviderEndpoint(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base URL must start with http:// or https://: {self.base_url!r}")
+        if (
+            not self.api_key
+            or not self.api_key.isprintable()
+            or self.api_key != self.api_key.strip()
+        ):
+            # (A newline would fail in the HTTP library, which may log the header value.)
+            raise ConfigError(
+                "the API key must be non-empty printable text without surrounding whitespace"
+            )
 
     def __repr__(self) -> str:
         return f"ProviderEndpoint(base_url={self.base_url!r}, api_key=<redacted>)"
@@ -152,7 +161,7 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ConfigError("RetryPolicy.max_attempts must be >= 1")
-        if self.base_delay < 0 or self.max_delay < 0:
+        if not (self.base_delay >= 0 and self.max_delay >= 0):  # (NaN fails both)
             raise ConfigError("RetryPolicy delays must be >= 0")
         if not 0.0 <= self.jitter <= 1.0:
             raise ConfigError("RetryPolicy.jitter must be within 0..1")
@@ -176,7 +185,8 @@ class TransportTimeouts(msgspec.Struct, frozen=True, kw_only=True):
     total: float = 600.0
 
     def __post_init__(self) -> None:
-        if min(self.connect, self.idle_stream, self.total) <= 0:
+        values = (self.connect, self.idle_stream, self.total)
+        if not all(v > 0 and not math.isnan(v) for v in values):  # (NaN compares false)
             raise ConfigError("TransportTimeouts must all be > 0")
 
 
@@ -271,7 +281,7 @@ async def stream_turn(
         attempts += 1
         result = await _attempt(request, budget)
         done = TurnAttempt(
-            outcome=result.outcome,
+            outcome=_without_key(result.outcome, endpoint.api_key),
             attempts=attempts,
             retried_statuses=tuple(statuses),
             retry_reasons=tuple(reasons),
@@ -530,6 +540,17 @@ def _error_fields(body: bytes) -> tuple[str | None, str | None]:
     return code, message[:_MAX_ERROR_MESSAGE] if isinstance(message, str) else None
 
 
+def _without_key(outcome: TurnOutcome, api_key: str) -> TurnOutcome:
+    """``outcome`` with the API key masked in its error message: endpoints echo a rejected
+    key ("Incorrect API key provided: sk-..."), and the message is kept and persisted."""
+    error = outcome.error
+    # (A key of a few characters, a test's, would star out ordinary words instead.)
+    if error is None or error.message is None or len(api_key) < 8 or api_key not in error.message:
+        return outcome
+    message = error.message.replace(api_key, "***")
+    return msgspec.structs.replace(outcome, error=msgspec.structs.replace(error, message=message))
+
+
 def retry_after_seconds(headers: Mapping[str, str], now: float) -> float | None:
     """Seconds the provider asked us to wait: ``retry-after-ms``, or ``retry-after`` as
     delta-seconds or an HTTP-date (relative to ``now``, a Unix time). None when absent or
@@ -547,7 +568,7 @@ def retry_after_seconds(headers: Mapping[str, str], now: float) -> float | None:
         return seconds
     try:
         when = email.utils.parsedate_to_datetime(value.strip())
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # (a day or zone past range)
         return None
     if when.tzinfo is None:  # "-0000" dates parse naive; HTTP-dates are always UTC
         when = when.replace(tzinfo=datetime.UTC)
