@@ -240,3 +240,25 @@ async def test_an_api_key_an_endpoint_echoes_is_masked_in_the_outcome() -> None:
     error = attempt.outcome.error
     assert error is not None and error.status == 401
     assert error.message == "Incorrect API key provided: ***"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("status", "content_type"), [(400, "application/json"), (200, "text/html")]
+)
+async def test_an_error_body_still_arriving_when_the_attempt_time_ends_keeps_its_status(
+    status: int, content_type: str
+) -> None:
+    # The answer is the status (or the content type), not "no response": never retried.
+    turn = ReplayTurn(
+        status=status,
+        body=b'{"error":{"message":"bad request"}}' * 20,
+        content_type=content_type,
+        chunk_size=4,
+        delay_s=0.05,
+    )
+    attempt, requests = await _run([turn], timeouts=TransportTimeouts(total=0.3, idle_stream=1))
+    assert (attempt.attempts, requests) == (1, 1)
+    error = attempt.outcome.error
+    assert attempt.outcome.kind is OutcomeKind.FAILED and error is not None
+    assert error.status == status and not error.retryable

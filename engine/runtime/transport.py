@@ -329,6 +329,7 @@ async def _attempt(request: _Request, budget: float) -> _Result:
     )
     decoder: StreamDecoder | None = None
     fragments = False
+    refused: httpx.Response | None = None  # an error response whose body is being read
     with anyio.move_on_after(budget):
         try:
             async with httpx_sse.aconnect_sse(
@@ -343,10 +344,10 @@ async def _attempt(request: _Request, budget: float) -> _Result:
                 follow_redirects=False,
             ) as source:
                 response = source.response
-                if not response.is_success:
-                    return await _http_failure(response, retry.retry_statuses)
-                if not _is_event_stream(response):
-                    return await _content_type_failure(response)
+                if not response.is_success or not _is_event_stream(response):
+                    refused = response
+                    body = await _read_bounded(response)
+                    return _refusal(response, body, retry.retry_statuses)
                 if _is_encoded(response):
                     return _encoding_failure(response)
                 decoder = StreamDecoder(request.adapter, request.limits)
@@ -374,9 +375,20 @@ async def _attempt(request: _Request, budget: float) -> _Result:
         outcome = decoder.finish()
         retryable = _retryable_failure(outcome, retry.retry_statuses, fragments)
         return _Result(outcome=outcome, retryable=retryable, reason="provider error in stream")
+    if refused is not None:
+        # The time ran out while its body arrived: it answered all the same (its status
+        # decides, not "no response", which would be retried).
+        return _refusal(refused, b"", retry.retry_statuses)
     return _transport_failure(
         decoder, fragments, f"attempt time budget ({budget:.3g} s) spent", retry.retry_statuses
     )
+
+
+def _refusal(response: httpx.Response, body: bytes, retry_statuses: frozenset[int]) -> _Result:
+    """The result of an HTTP error status, or of a success that is no SSE stream."""
+    if not response.is_success:
+        return _http_failure(response, body, retry_statuses)
+    return _content_type_failure(response, body)
 
 
 def _retryable_failure(
@@ -440,10 +452,10 @@ def _failure(
     )
 
 
-async def _http_failure(response: httpx.Response, retry_statuses: frozenset[int]) -> _Result:
+def _http_failure(response: httpx.Response, body: bytes, retry_statuses: frozenset[int]) -> _Result:
     status = response.status_code
     retryable = status in retry_statuses
-    code, message = _error_fields(await _read_bounded(response))
+    code, message = _error_fields(body)
     outcome = TurnOutcome(
         kind=OutcomeKind.FAILED,
         raw_reason=f"HTTP {status}",
@@ -462,9 +474,9 @@ async def _http_failure(response: httpx.Response, retry_statuses: frozenset[int]
     )
 
 
-async def _content_type_failure(response: httpx.Response) -> _Result:
+def _content_type_failure(response: httpx.Response, body: bytes) -> _Result:
     content_type = response.headers.get("content-type", "")
-    code, message = _error_fields(await _read_bounded(response))
+    code, message = _error_fields(body)
     outcome = TurnOutcome(
         kind=OutcomeKind.FAILED,
         raw_reason=None,
