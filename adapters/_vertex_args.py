@@ -93,7 +93,16 @@ class _Leaf:
 class StreamedArguments:
     """The arguments of one streamed call (the call at ``index``) while they arrive."""
 
-    __slots__ = ("_budget", "_held", "_leaves", "_limits", "_nbytes", "error", "index")
+    __slots__ = (
+        "_budget",
+        "_held",
+        "_last_path",
+        "_leaves",
+        "_limits",
+        "_nbytes",
+        "error",
+        "index",
+    )
 
     def __init__(self, index: int, limits: Limits) -> None:
         self.index = index
@@ -104,15 +113,11 @@ class StreamedArguments:
         self._nbytes = 0  # UTF-8 bytes of each path once and of every string piece
         self._held = 0  # bookkeeping charged (see the module docstring)
         self._budget = max(limits.max_call_argument_bytes, _BOOKKEEPING_FLOOR)
+        self._last_path = ""  # (once refused) the path of the last piece measured
 
     def add(self, pieces: list[PartialArg]) -> None:
         if self.error is not None:
-            # Refused: the rest is not kept, only measured (a refused call's bytes still
-            # count against the response's cap).
-            self._nbytes += sum(
-                utf8_len(p.json_path) + (utf8_len(p.string_value) if p.string_value else 0)
-                for p in pieces
-            )
+            self._measure(pieces)
             return
         limit, budget = self._limits.max_call_argument_bytes, self._budget
         leaves = self._leaves
@@ -158,6 +163,9 @@ class StreamedArguments:
             if nbytes > limit:
                 self._nbytes = nbytes
                 self._refuse(f"arguments exceed max_call_argument_bytes ({limit})")
+                self._last_path = path
+                at = next(i for i, p in enumerate(pieces) if p is piece)
+                self._measure(pieces[at + 1 :])  # the rest of this list counts too
                 return
             if held > budget:
                 raise LimitExceeded(
@@ -169,9 +177,24 @@ class StreamedArguments:
 
     @property
     def nbytes(self) -> int:
-        """The UTF-8 bytes received: each path once and every string piece (a refused
-        call's later paths count at every piece)."""
+        """The UTF-8 bytes received: each path once and every string piece (once refused,
+        a path counts again where it differs from the piece before)."""
         return self._nbytes
+
+    def _measure(self, pieces: list[PartialArg]) -> None:
+        """A refused call's later pieces: not kept, only measured (its bytes still count
+        against the response's cap). A path counts again only where it differs from the
+        piece before (a streamed string repeats its path at every piece), so nothing is
+        kept that grows with the paths seen."""
+        last, n = self._last_path, 0
+        for piece in pieces:
+            if piece.json_path != last:
+                last = piece.json_path
+                n += utf8_len(last)
+            if piece.string_value:
+                n += utf8_len(piece.string_value)
+        self._last_path = last
+        self._nbytes += n
 
     def _refuse(self, reason: str) -> None:
         self.error = reason
