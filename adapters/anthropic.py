@@ -53,6 +53,7 @@ from callgate.engine.core.outcome import (
 from callgate.engine.core.sse import SSEEvent
 
 from . import _anthropic_wire as wire
+from ._anthropic_blocks import OTHER, TEXT, TOOL, Block
 from ._anthropic_wire import (
     DECODER,
     HEAD_DECODER,
@@ -98,46 +99,13 @@ _API_VERSION: Final = "2023-06-01"
 _DEFAULT_MAX_TOKENS: Final = 4096
 
 
-# Block kinds.
-_TOOL: Final = 0  # client tool_use: streamed to the assembler, not buffered here
-_TEXT: Final = 1  # text: streamed as TextDelta and buffered for the echo
-_OTHER: Final = 2  # thinking, server tools, unknown: buffered for the echo only
-
-
-class _Block:
-    """One content block being received."""
-
-    __slots__ = (
-        "citations",
-        "data",
-        "json",
-        "kind",
-        "nbytes",
-        "open",
-        "signature",
-        "text",
-        "whole",
-    )
-
-    def __init__(self, kind: int, data: dict[str, Any] | None, whole: bool = False) -> None:
-        self.kind = kind
-        self.data = data
-        self.open = True
-        # The block's input came whole in content_block_start: no input delta may follow.
-        self.whole = whole
-        self.nbytes = 0
-        self.text: list[str] = []  # text_delta / thinking_delta pieces
-        self.signature: str | None = None  # the last signature_delta (it replaces, as in the SDK)
-        self.json: list[str] = []  # server_tool_use input pieces
-        self.citations: list[dict[str, Any]] = []
-
-
 class AnthropicStream:
     """Decoding state of one Messages response."""
 
     __slots__ = (
         "_blocks",
         "_done",
+        "_held",
         "_limits",
         "_open_tools",
         "_other_blocks",
@@ -149,10 +117,14 @@ class AnthropicStream:
 
     def __init__(self, limits: Limits) -> None:
         self._limits = limits
-        self._blocks: dict[int, _Block] = {}
+        self._blocks: dict[int, Block] = {}
         # Indexes of the tool_use blocks started and not stopped (argument fragments).
         self._open_tools: set[int] = set()
         self._other_blocks = 0
+        # Bytes of the open non-tool blocks (their start and buffered deltas): held here
+        # until their stop hands them on as items, so bounded with them (the assembler
+        # counts an item once it has it).
+        self._held = 0
         self._text_bytes = 0
         self._started = False
         self._done = False
@@ -323,7 +295,7 @@ class AnthropicStream:
                 raise StreamProtocolError(f"anthropic: tool_use block {index} lacks id or name")
             if placeholder(args):
                 # `input: {}` (documented): the input_json_delta fragments carry the input.
-                self._blocks[index] = _Block(_TOOL, None)
+                self._blocks[index] = Block(TOOL, None)
                 self._open_tools.add(index)
                 out.append(CallStarted(index, name, call_id=call_id))
                 return
@@ -333,7 +305,7 @@ class AnthropicStream:
             # joining or picking one would be a guess, so it fails the stream (the block is
             # kept out of `_open_tools`, so its deltas take `_block_delta`'s path).
             text = wire.text(args, f"tool_use block {index} input")
-            self._blocks[index] = _Block(_TOOL, None, whole=True)
+            self._blocks[index] = Block(TOOL, None, whole=True)
             out.append(CallStarted(index, name, call_id=call_id))
             out.append(ArgumentsDelta(index, text))
             return
@@ -351,13 +323,15 @@ class AnthropicStream:
             )
         if btype == "text":
             text = block.get("text")
-            self._blocks[index] = _Block(_TEXT, block)
+            self._blocks[index] = new = Block(TEXT, block)
+            self._hold(new, len(raw))
             if isinstance(text, str) and text:
                 self._count_text(text)
                 out.append(TextDelta(text))
             return
         # A server tool's non-empty input here is its input (echoed): no input delta may follow.
-        self._blocks[index] = _Block(_OTHER, block, whole=not placeholder(head.input))
+        self._blocks[index] = new = Block(OTHER, block, whole=not placeholder(head.input))
+        self._hold(new, len(raw))
 
     def _block_delta(self, ev: BlockDelta, out: list[BatchEvent]) -> None:
         index = ev.index
@@ -368,7 +342,7 @@ class AnthropicStream:
         delta = ev.delta
         if delta is None:
             raise StreamProtocolError(f"anthropic: content_block_delta {index} without delta")
-        if isinstance(delta, TextPiece) and block.kind == _TEXT and delta.text is not None:
+        if isinstance(delta, TextPiece) and block.kind == TEXT and delta.text is not None:
             text = delta.text
             if text:
                 self._count_text(text)
@@ -377,18 +351,18 @@ class AnthropicStream:
             return
         if isinstance(delta, InputJson) and delta.partial_json is not None:
             fragment = delta.partial_json
-            if block.kind != _TEXT:
+            if block.kind != TEXT:
                 if fragment and block.whole:
                     raise StreamProtocolError(
                         f"anthropic: input_json_delta for content block {index}: "
                         "its input came whole in content_block_start"
                     )
-                if block.kind == _OTHER:
+                if block.kind == OTHER:
                     self._buffer(block, fragment, block.json)
                 elif fragment:
                     out.append(ArgumentsDelta(index, fragment))
                 return
-        elif block.kind == _OTHER and block.data is not None:
+        elif block.kind == OTHER and block.data is not None:
             btype = block.data.get("type")
             if isinstance(delta, ThinkingPiece) and btype == "thinking":
                 if delta.thinking is not None:
@@ -402,7 +376,7 @@ class AnthropicStream:
                 self._charge(block, delta.signature)
                 block.signature = delta.signature
                 return
-        if isinstance(delta, CitationPiece) and block.kind != _TOOL and delta.citation is not None:
+        if isinstance(delta, CitationPiece) and block.kind != TOOL and delta.citation is not None:
             if len(block.citations) >= self._limits.max_continuation_items:
                 raise LimitExceeded(
                     "max_continuation_items", self._limits.max_continuation_items, "citations"
@@ -420,7 +394,7 @@ class AnthropicStream:
             state = "closed" if block is not None else "unknown"
             raise StreamProtocolError(f"anthropic: content_block_stop for {state} block {index}")
         block.open = False
-        if block.kind == _TOOL:
+        if block.kind == TOOL:
             self._open_tools.discard(index)
             out.append(CallDone(index))
             return
@@ -429,7 +403,7 @@ class AnthropicStream:
         item = dict(data)
         btype = str(item["type"])
         if block.text:
-            field = "text" if block.kind == _TEXT else "thinking"
+            field = "text" if block.kind == TEXT else "thinking"
             item[field] = str(item.get(field) or "") + "".join(block.text)
         if block.signature is not None:
             item["signature"] = block.signature
@@ -452,22 +426,36 @@ class AnthropicStream:
                 *block.citations,
             ]
         # Release the buffers; the block index stays known so a reuse is still caught.
+        self._held -= block.held
+        block.held = 0
         block.data = block.signature = None
         block.text = block.json = []
         block.citations = []
         out.append(ContinuationItem(btype, index, item))
 
-    def _buffer(self, block: _Block, piece: str, into: list[str]) -> None:
+    def _buffer(self, block: Block, piece: str, into: list[str]) -> None:
         self._charge(block, piece)
         into.append(piece)
 
-    def _charge(self, block: _Block, piece: str) -> None:
-        block.nbytes += utf8_len(piece)
+    def _charge(self, block: Block, piece: str) -> None:
+        size = utf8_len(piece)
+        block.nbytes += size
         if block.nbytes > self._limits.max_call_argument_bytes:
             raise LimitExceeded(
                 "max_call_argument_bytes",
                 self._limits.max_call_argument_bytes,
                 "anthropic buffered content block",
+            )
+        self._hold(block, size)
+
+    def _hold(self, block: Block, size: int) -> None:
+        block.held += size
+        self._held += size
+        if self._held > self._limits.max_continuation_bytes:
+            raise LimitExceeded(
+                "max_continuation_bytes",
+                self._limits.max_continuation_bytes,
+                "anthropic open content blocks",
             )
 
     def _count_text(self, text: str) -> None:

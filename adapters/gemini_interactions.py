@@ -62,6 +62,7 @@ from callgate.engine.core.outcome import (
 from callgate.engine.core.sse import SSEEvent
 
 from . import _interactions_wire as wire
+from ._interactions_steps import CALL, KINDS, OTHER, OUTPUT, THOUGHT, Step
 from ._interactions_wire import (
     DELTA_NAMES,
     OP_COMPLETED,
@@ -102,60 +103,27 @@ _RETRYABLE: Final = frozenset(
 )
 
 
-_CALL: Final = 0
-_THOUGHT: Final = 1
-_OUTPUT: Final = 2
-_OTHER: Final = 3
-
-_KINDS: Final = {
-    "function_call": _CALL,
-    "thought": _THOUGHT,
-    "model_output": _OUTPUT,
-    "text": _OUTPUT,
-}
-
-
-class _Step:
-    """A step's kind and state and what becomes output (a signature, a capped summary, a
-    ``ProviderDetail`` payload until the stop); nothing else of its payload is held."""
-
-    __slots__ = (
-        "call_id",
-        "call_open",
-        "detail",
-        "kind",
-        "nbytes",
-        "open",
-        "signature",
-        "summary",
-        "whole",
-    )
-
-    def __init__(self, kind: int) -> None:
-        self.kind = kind
-        self.open = True
-        # Steps format: the call opens at step.start. Legacy: at its one content.delta.
-        self.call_open = False
-        self.call_id: str | None = None  # legacy: the id on the nameless call step
-        # The call's arguments came whole (not as deltas): no argument delta may follow.
-        self.whole = False
-        self.detail: dict[str, Any] | None = None
-        self.signature: str | None = None
-        self.summary: list[str] = []
-        self.nbytes = 0
-
-
 class GeminiInteractionsStream:
     """Decoding state of one streamed interaction."""
 
-    __slots__ = ("_calls", "_done", "_items", "_limits", "_meta_sent", "_status", "_steps")
+    __slots__ = (
+        "_calls",
+        "_done",
+        "_held",
+        "_items",
+        "_limits",
+        "_meta_sent",
+        "_status",
+        "_steps",
+    )
 
     def __init__(self, limits: Limits) -> None:
         self._limits = limits
-        self._steps: dict[int, _Step] = {}
+        self._steps: dict[int, Step] = {}
         # Indexes of the function_call steps whose call is open (argument fragments).
         self._calls: set[int] = set()
         self._items = 0
+        self._held = 0  # bytes of the open non-call steps (see _hold)
         self._status: str | None = None
         self._meta_sent = False
         self._done = False
@@ -306,8 +274,8 @@ class GeminiInteractionsStream:
         if index in self._steps:
             raise StreamProtocolError(f"interactions: step {index} started twice")
         stype = data.type
-        kind = _KINDS.get(stype, _OTHER) if isinstance(stype, str) else _OTHER
-        if kind != _CALL:
+        kind = KINDS.get(stype, OTHER) if isinstance(stype, str) else OTHER
+        if kind != CALL:
             # Every non-call step is kept (as an item or a detail) or at least tracked.
             self._count_item()
         elif (
@@ -319,31 +287,33 @@ class GeminiInteractionsStream:
             raise LimitExceeded(
                 "max_calls_per_response", self._limits.max_calls_per_response, "interactions steps"
             )
-        step = self._steps[index] = _Step(kind)
+        step = self._steps[index] = Step(kind)
         if isinstance(data.signature, str) and data.signature:
             step.signature = data.signature
-        if kind == _CALL:
+        if kind == CALL:
             return self._open_call(index, step, data)
-        if kind == _THOUGHT:
+        if kind == THOUGHT:
             if isinstance(data.summary, list):
                 for entry in data.summary:
                     if isinstance(entry, dict) and isinstance(entry.get("text"), str):
                         self._buffer(step, entry["text"])
-        elif kind == _OUTPUT:
+        elif kind == OUTPUT:
             # Output that came whole: its text (ModelOutputStep.content's text items) is
             # text; other content items (image, audio, …) are kept as unknown steps are:
             # the step, with just those items, becomes a ProviderDetail at its stop.
             texts, others = wire.output(data)
             if others:
                 step.detail = {**wire.value(raw, f"step {index}"), "content": others}
+                self._hold(step, len(raw))  # held until its stop makes it a detail
             return [TextDelta(text) for text in texts]
         else:
             # The whole step becomes a ProviderDetail at its stop (one continuation
             # item, like every adapter's opaque parts): kept, and counted, as that.
             step.detail = wire.value(raw, f"step {index}")
+            self._hold(step, len(raw))
         return []
 
-    def _open_call(self, index: int, step: _Step, data: wire.Step) -> list[EngineEvent]:
+    def _open_call(self, index: int, step: Step, data: wire.Step) -> list[EngineEvent]:
         name, args = data.name, data.arguments
         call_id = data.id if isinstance(data.id, str) and data.id else None
         if name is None:
@@ -377,7 +347,7 @@ class GeminiInteractionsStream:
         return out
 
     @staticmethod
-    def _whole(index: int, step: _Step, args: msgspec.Raw) -> ArgumentsDelta:
+    def _whole(index: int, step: Step, args: msgspec.Raw) -> ArgumentsDelta:
         """Whole arguments as one fragment: their exact wire text (UTF-8 checked)."""
         step.whole = True
         return ArgumentsDelta(index, wire.text(args, f"function_call {index} arguments"))
@@ -396,10 +366,10 @@ class GeminiInteractionsStream:
         dtype = delta.type
         kind = step.kind
         if dtype == "text":
-            if kind in (_CALL, _THOUGHT):
+            if kind in (CALL, THOUGHT):
                 raise StreamProtocolError(f"interactions: text delta in non-output step {index}")
             return [TextDelta(delta.text)] if delta.text else []
-        if kind == _CALL:
+        if kind == CALL:
             if dtype == "arguments_delta":
                 if not step.call_open:
                     raise StreamProtocolError(f"interactions: arguments for unopened call {index}")
@@ -416,7 +386,7 @@ class GeminiInteractionsStream:
             if dtype == "function_call":
                 return self._legacy_call(index, step, delta)
             return []
-        if kind == _THOUGHT:
+        if kind == THOUGHT:
             if dtype == "thought_signature" and delta.signature is not None:
                 step.signature = delta.signature
             elif dtype == "thought_summary" and isinstance(delta.content, dict):
@@ -426,7 +396,7 @@ class GeminiInteractionsStream:
         # Image, annotation and built-in tool deltas carry nothing the turn acts on.
         return []
 
-    def _legacy_call(self, index: int, step: _Step, delta: wire.Delta) -> list[EngineEvent]:
+    def _legacy_call(self, index: int, step: Step, delta: wire.Delta) -> list[EngineEvent]:
         if step.call_open:
             raise StreamProtocolError(f"interactions: call {index} delivered twice")
         if not delta.name:
@@ -455,9 +425,10 @@ class GeminiInteractionsStream:
             state = "stopped" if step is not None else "unknown"
             raise StreamProtocolError(f"interactions: stop for {state} step {index}")
         step.open = False
+        self._held -= step.held  # handed on: the assembler counts what it keeps
         self._calls.discard(index)
         kind = step.kind
-        if kind == _CALL:
+        if kind == CALL:
             if not step.call_open:
                 raise StreamProtocolError(
                     f"interactions: function_call step {index} carried no call"
@@ -471,7 +442,7 @@ class GeminiInteractionsStream:
                     )
                 )
             return out
-        if kind == _THOUGHT:
+        if kind == THOUGHT:
             item: dict[str, Any] = {"type": "thought"}
             if step.signature:
                 item["signature"] = step.signature
@@ -479,7 +450,7 @@ class GeminiInteractionsStream:
                 item["summary"] = [{"type": "text", "text": "".join(step.summary)}]
             step.summary = []
             return [ContinuationItem("thought", index, item)]
-        if kind == _OTHER or step.detail is not None:
+        if kind == OTHER or step.detail is not None:
             detail, step.detail = step.detail, None
             return [ProviderDetail("interactions_step", detail or {})]
         return []
@@ -491,7 +462,16 @@ class GeminiInteractionsStream:
                 "max_continuation_items", self._limits.max_continuation_items, "interactions steps"
             )
 
-    def _buffer(self, step: _Step, text: str) -> None:
+    def _hold(self, step: Step, size: int) -> None:
+        step.held += size
+        self._held += size
+        if self._held > self._limits.max_continuation_bytes:
+            raise LimitExceeded(
+                "max_continuation_bytes", self._limits.max_continuation_bytes, "open steps"
+            )
+
+    def _buffer(self, step: Step, text: str) -> None:
+        self._hold(step, utf8_len(text))
         step.nbytes += utf8_len(text)
         if step.nbytes > self._limits.max_call_argument_bytes:
             raise LimitExceeded(

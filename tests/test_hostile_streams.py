@@ -191,3 +191,47 @@ def test_held_continuation_and_detail_bytes_are_capped_at_the_limit() -> None:
             else:
                 assert out.kind is OutcomeKind.FAILED
                 assert out.stop_reason == f"limit exceeded: max_continuation_bytes={cap}"
+
+
+def _open_thinking_blocks(n: int, size: int) -> bytes:
+    def ev(kind: str, **fields: object) -> str:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n"
+
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+               "content": [], "stop_reason": None, "usage": {"input_tokens": 1}}  # fmt: skip
+    out = [ev("message_start", message=message)]
+    block = {"type": "thinking", "thinking": ""}
+    delta = {"type": "thinking_delta", "thinking": "t" * size}
+    for i in range(n):  # started and fed, never stopped: held by the adapter
+        out.append(ev("content_block_start", index=i, content_block=block))
+        out.append(ev("content_block_delta", index=i, delta=delta))
+    return "".join(out).encode()
+
+
+def test_open_blocks_an_adapter_holds_count_against_the_continuation_bytes() -> None:
+    # Before their stop, blocks are the adapter's to hold: bounded all the same.
+    body = _open_thinking_blocks(8, 1000)
+    for _, chunks in chunkings(body):
+        out = decode("anthropic", chunks, Limits(max_continuation_bytes=4000))
+        assert out.kind is OutcomeKind.FAILED
+        assert out.stop_reason == "limit exceeded: max_continuation_bytes=4000"
+        assert decode("anthropic", chunks, Limits(max_continuation_bytes=9000)).kind is (
+            OutcomeKind.TRUNCATED
+        )
+
+
+def test_open_interaction_steps_count_against_the_continuation_bytes() -> None:
+    def ev(kind: str, **fields: object) -> str:
+        return f"event: {kind}\ndata: {json.dumps({'event_type': kind, **fields})}\n\n"
+
+    created = {"id": "v1_x", "status": "in_progress", "object": "interaction", "model": "m"}
+    out = [ev("interaction.created", interaction=created)]
+    for i in range(8):  # steps the adapter keeps as details at their stop, never stopped
+        step = {"type": "google_search_result", "data": "d" * 1000}
+        out.append(ev("step.start", index=i, step=step))
+    body = "".join(out).encode()
+    for _, chunks in chunkings(body):
+        failed = decode("gemini_interactions", chunks, Limits(max_continuation_bytes=4000))
+        assert failed.stop_reason == "limit exceeded: max_continuation_bytes=4000"
+        held = decode("gemini_interactions", chunks, Limits(max_continuation_bytes=20000))
+        assert held.kind is OutcomeKind.TRUNCATED
