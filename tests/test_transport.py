@@ -440,7 +440,9 @@ def test_backoff_jitter_stays_within_its_fraction() -> None:
         RetryPolicy(base_delay=math.nan)
 
 
-@pytest.mark.parametrize("key", ["", "sk-new\n", " sk-padded", "sk-\x00nul"])
+@pytest.mark.parametrize(
+    "key", ["", "sk-new\n", " sk-padded", "sk-\x00nul", "sk-proj-abc\u2026xyz", "sk-\u043a\u043b"]
+)
 def test_an_api_key_that_cannot_be_a_header_value_is_refused(key: str) -> None:
     # (The HTTP library would fail on it late, and may log the header value.)
     with pytest.raises(ConfigError, match="API key"):

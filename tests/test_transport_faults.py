@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from callgate.engine.core.adapter import HttpRequestSpec, load_adapter
@@ -262,3 +263,20 @@ async def test_an_error_body_still_arriving_when_the_attempt_time_ends_keeps_its
     error = attempt.outcome.error
     assert attempt.outcome.kind is OutcomeKind.FAILED and error is not None
     assert error.status == status and not error.retryable
+
+
+@pytest.mark.anyio
+async def test_a_key_cut_by_the_message_cap_is_masked_to_its_last_character() -> None:
+    # Kept messages are capped at 1000 characters: an echoed key may straddle the cut.
+    key = "sk-proj-" + "A1b2C3d4" * 20
+    message = "x" * 980 + " provided: " + key
+    body = msgspec.json.encode({"error": {"message": message, "code": "invalid_api_key"}})
+    turn = ReplayTurn(status=401, body=body, content_type="application/json")
+    async with ReplayServer([turn]) as server, httpx.AsyncClient() as http:
+        endpoint = ProviderEndpoint(base_url=server.base_url, api_key=key)
+        attempt = await stream_turn(
+            http, load_adapter("openai_chat"), CHAT, endpoint, retry=THREE, sleep=_no_sleep
+        )
+    error = attempt.outcome.error
+    assert error is not None and error.message is not None
+    assert error.message.endswith(" provided: ***") and key[:8] not in error.message

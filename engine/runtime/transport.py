@@ -110,12 +110,13 @@ class ProviderEndpoint(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"base URL must start with http:// or https://: {self.base_url!r}")
         if (
             not self.api_key
+            or not self.api_key.isascii()  # (a header value is bytes: non-ASCII fails late)
             or not self.api_key.isprintable()
             or self.api_key != self.api_key.strip()
         ):
             # (A newline would fail in the HTTP library, which may log the header value.)
             raise ConfigError(
-                "the API key must be non-empty printable text without surrounding whitespace"
+                "the API key must be non-empty printable ASCII without surrounding whitespace"
             )
 
     def __repr__(self) -> str:
@@ -552,15 +553,26 @@ def _error_fields(body: bytes) -> tuple[str | None, str | None]:
     return code, message[:_MAX_ERROR_MESSAGE] if isinstance(message, str) else None
 
 
+_KEY_PREFIX = 8  # the shortest key (or key start) masked: fewer would star out words
+
+
 def _without_key(outcome: TurnOutcome, api_key: str) -> TurnOutcome:
     """``outcome`` with the API key masked in its error message: endpoints echo a rejected
-    key ("Incorrect API key provided: sk-..."), and the message is kept and persisted."""
+    key ("Incorrect API key provided: sk-..."), and the message is kept and persisted. A
+    message cut short (kept messages are capped) may end in the key's first characters:
+    those are masked too."""
     error = outcome.error
-    # (A key of a few characters, a test's, would star out ordinary words instead.)
-    if error is None or error.message is None or len(api_key) < 8 or api_key not in error.message:
+    message = error.message if error is not None else None
+    if error is None or message is None or len(api_key) < _KEY_PREFIX:
         return outcome
-    message = error.message.replace(api_key, "***")
-    return msgspec.structs.replace(outcome, error=msgspec.structs.replace(error, message=message))
+    masked = message.replace(api_key, "***")
+    for size in range(min(len(api_key) - 1, len(masked)), _KEY_PREFIX - 1, -1):
+        if masked.endswith(api_key[:size]):
+            masked = masked[:-size] + "***"
+            break
+    if masked == message:
+        return outcome
+    return msgspec.structs.replace(outcome, error=msgspec.structs.replace(error, message=masked))
 
 
 def retry_after_seconds(headers: Mapping[str, str], now: float) -> float | None:
