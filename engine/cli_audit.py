@@ -223,13 +223,15 @@ def _unattributable(line: int) -> ChainReport:
     )
 
 
-def _shown(operation_id: str) -> str:
-    """An operation id for the terminal. A record stores its id escaped already, so an
-    honest id holds no control character and is shown as it is (the id ``--operation``
-    takes); one from a line that does not verify may hold any, and is escaped (it could
-    otherwise forge a line)."""
-    escaped = escape_controls(operation_id)
-    return operation_id if escaped == operation_id.replace("\\", "\\\\") else escaped
+def _shown(stored: str) -> str:
+    """An operation id as a record stores it (``escape_controls`` of the real id), for the
+    terminal: the real id when it had no control characters (what ``--operation`` takes),
+    else the stored form as it is. A line that does not verify may hold anything: what
+    no honest record could store is escaped again (it could otherwise forge a line)."""
+    if escape_controls(stored) != stored.replace("\\", "\\\\"):
+        return escape_controls(stored)  # raw control characters: not an honest record's
+    real = stored.replace("\\\\", "\\")
+    return real if escape_controls(real) == stored else stored
 
 
 def _several_operations(path: str, report: ChainReport) -> bool:

@@ -190,3 +190,15 @@ def test_audit_verify_never_prints_a_line_s_control_characters(tmp_path: Path) -
         assert "\x1b" not in proc.stdout + proc.stderr and "\r" not in proc.stdout
         assert "\\x1b[2K" in proc.stdout
     assert len(by_op.stdout.splitlines()) == 1  # the id's newline is no line of its own
+
+
+def test_by_operation_shows_the_id_that_operation_takes(tmp_path: Path) -> None:
+    # A record stores its id escaped (backslashes doubled): shown, it is the real id again.
+    path = tmp_path / "t.jsonl"
+    anyio.run(_write_trail, path, ["tenant\\job-1", "plain"], 2, None)
+    by_op = run_all(["audit", "verify", str(path), "--by-operation"])[0]
+    assert by_op.returncode == 0
+    shown = [line.split(": ok")[0] for line in by_op.stdout.splitlines()[1:]]
+    assert shown == ["tenant\\job-1", "plain"]
+    one = run_all(["audit", "verify", str(path), "--operation", shown[0]])[0]
+    assert one.returncode == 0 and one.stdout.startswith("ok: 2 records")
