@@ -207,6 +207,9 @@ def check_outcome(outcome: TurnOutcome, events: list[EngineEvent], limits: Limit
     for item in outcome.continuation:
         weight = len(msgspec.json.encode(item.item))  # provider JSON: any integer size
         expect(weight <= item_cap, f"a {item.kind} continuation item of {weight} bytes")
+    kept = (*outcome.continuation, *outcome.provider_details)
+    held = sum(len(msgspec.json.encode(x)) for x in kept)
+    expect(held <= limits.max_continuation_bytes, f"{held} bytes of continuation and details")
 
 
 def _peak(provider: str, chunks: list[bytes]) -> int:
