@@ -185,9 +185,13 @@ def _now() -> float:
 
 
 @pytest.mark.anyio
-async def test_undecided_expired_approval_is_recorded_expired_and_never_runs(
-    tmp_path: Path,
+@pytest.mark.parametrize("approved", [False, True], ids=["undecided", "approved-then-lapsed"])
+async def test_an_expired_approval_is_recorded_expired_and_never_runs(
+    tmp_path: Path, approved: bool
 ) -> None:
+    # Nobody decided in time, or the approval lapsed before its use: the call does not
+    # run, and the model is not told that nobody decided (the approvals table may say
+    # somebody did).
     ran: list[str] = []
     registry = make_registry(ran, risk=RiskClass.IRREVERSIBLE)
     turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)]
@@ -197,39 +201,18 @@ async def test_undecided_expired_approval_is_recorded_expired_and_never_runs(
             server.base_url, registry, store=store, approval_ttl=5.0, clock=lambda: clock[0]
         ).start("Weather?")
         (approval_id,) = paused.pending_approvals
-        clock[0] += 5.0  # exactly at expiry: nobody decided
+        if approved:
+            await store.decide_approval(approval_id, True, "alice", "ok", now=clock[0] + 1.0)
+        clock[0] += 6.0 if approved else 5.0  # (undecided: exactly at expiry)
         done = await runner(server.base_url, registry, store=store, clock=lambda: clock[0]).resume(
             paused.operation_id
         )
         record = await store.get_approval(approval_id)
+        told = server.requests[1].body
     assert done.state is OpState.COMPLETED
     assert done.calls[0].status == "approval_expired"
     assert ran == []
     assert record is not None and record.status.value == "expired"
-
-
-@pytest.mark.anyio
-async def test_an_approval_that_lapsed_before_its_use_is_not_called_undecided(
-    tmp_path: Path,
-) -> None:
-    # Approved in time, used after its expiry: it does not run, and the model is not told
-    # that nobody decided (the approvals table says somebody did).
-    ran: list[str] = []
-    registry = make_registry(ran, risk=RiskClass.IRREVERSIBLE)
-    turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)]
-    clock = [1000.0]
-    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
-        paused = await runner(
-            server.base_url, registry, store=store, approval_ttl=5.0, clock=lambda: clock[0]
-        ).start("Weather?")
-        (approval_id,) = paused.pending_approvals
-        await store.decide_approval(approval_id, True, "alice", "ok", now=clock[0] + 1.0)
-        clock[0] += 6.0
-        done = await runner(server.base_url, registry, store=store, clock=lambda: clock[0]).resume(
-            paused.operation_id
-        )
-        told = server.requests[1].body
-    assert done.calls[0].status == "approval_expired" and ran == []
     assert b"The approval expired before the call could run; it did not run." in told
     assert b"anyone decided" not in told
 
