@@ -75,11 +75,12 @@ class Runner:
 
     ``claim_stale_after`` (seconds, default None): lets ``resume`` take over an operation
     still claimed by a worker that has not written it for that long — one that died
-    mid-resume (a failure that raises releases its claim itself, see ``resume``) is
-    resumed from its pause; one that died mid-start is ended ``escalated`` (nothing can
-    replay a start without asking the model again). None keeps claims exclusive until
-    their owner releases them. A worker writes the operation only when it claims it and
-    when its drive ends, so the value must exceed the longest drive (the
+    mid-resume before asking the model again (a failure that raises releases its claim
+    itself, see ``resume``) is resumed from its pause; one that died mid-start, or
+    mid-resume after asking the model, is ended ``escalated`` (nothing can replay it
+    without asking the model again). None keeps claims exclusive until their owner
+    releases them. A worker writes the operation when it claims it, when a resumed drive
+    first asks the model, and when its drive ends, so the value must exceed the longest drive (the
     ``deadline_seconds`` budget, handler deadlines included) plus clock skew between
     workers: a live drive taken over is fenced at its final write, and the idempotency
     ledger keeps its side effects single, but its model requests are repeated.
@@ -211,8 +212,11 @@ class Runner:
         already ran). Once the drive has asked the model again, an exception ends the
         operation ``escalated`` (``DRIVE_FAILED``), as a failed start does: a replay would
         ask the model again, and a call reworded under a new idempotency key would repeat
-        its side effect. A cancelled resume is only released. An operation started on
-        another provider than this runner's raises ``ConfigError`` and stays paused."""
+        its side effect. The same holds for a cancelled resume, and for a worker that dies:
+        before its first model request the drive persists the operation as past its pause
+        (``model_requested``), so a later ``resume`` settles it ``escalated`` (once its
+        claim is stale) instead of replaying it. An operation started on another provider
+        than this runner's raises ``ConfigError`` and stays paused."""
         store = self._need_store()
         now = self._clock()
         token = await store.claim_operation(
@@ -224,7 +228,9 @@ class Runner:
         )
         if token is None:  # not claimable (another worker holds it, or not paused)
             return await self._settle_stuck(operation_id, now)
-        marks = DriveMarks()  # this drive's own: the runner may drive others meanwhile
+        # This drive's own marks (the runner may drive others meanwhile); the first model
+        # request is made durable first (see the docstring).
+        marks = DriveMarks(before_first_ask=lambda: self._mark_past_pause(operation_id, token))
         async with self._released_on_failure(operation_id, token, marks=marks):
             record = await store.get_operation(operation_id)
             if record is None:
@@ -377,17 +383,18 @@ class Runner:
     ) -> AsyncIterator[None]:
         """Release the claim held under ``token`` if the body raises or is cancelled.
 
-        A body that raised (an ``Exception``) ends the operation ``escalated`` instead when
+        A body that raised or was cancelled ends the operation ``escalated`` instead when
         nothing could replay it safely: always with ``escalate`` (a start: replaying it
         means asking the model again), and for a resume once its drive's ``marks`` say it
         sent a model request (before that, replaying the approved calls from the pause is
-        safe). A cancelled body, or one that raised a ``BaseException``, is only released.
+        safe). A cancellation is no safer than an error here: the host's request timing
+        out after a side effect ran leaves the same replay behind.
         """
         try:
             yield
         except BaseException as exc:
             asked = marks is not None and marks.asked_model
-            if (escalate or asked) and isinstance(exc, Exception):
+            if escalate or asked:
                 # (The type only: an exception's text may quote arguments or credentials.)
                 what = f"the drive raised {type(exc).__name__}"
                 if not escalate:
@@ -467,6 +474,29 @@ class Runner:
                 f"callgate: releasing the claim on {operation_id} timed out; it stays "
                 "claimed until claim_stale_after"
             )
+
+    async def _mark_past_pause(self, operation_id: str, token: int) -> None:
+        """Persist that a resumed drive is about to ask the model again: the row leaves
+        ``waiting_approval`` (as ``model_requested``, the snapshot otherwise the pause as
+        persisted), so no later resume can replay the pause once this request has left,
+        even if this worker dies without a word (``_settle_stuck`` ends it escalated).
+        A claim taken over meanwhile fails here, before the request."""
+        store = self._need_store()
+        record = await store.get_operation(operation_id)
+        if record is None:
+            raise StoreError(f"no operation {operation_id}")
+        snap = SNAPSHOT_DECODER.decode(record.snapshot)
+        snap.state = OpState.MODEL_REQUESTED
+        await store.save_operation(
+            msgspec.structs.replace(
+                record,
+                state=snap.state.value,
+                snapshot=msgspec.json.encode(snap),
+                updated_at=self._clock(),
+            ),
+            expected_version=record.version,
+            fencing_token=token,
+        )
 
     async def _load(self, operation_id: str) -> OperationSnapshot:
         record = await self._need_store().get_operation(operation_id)

@@ -5,6 +5,7 @@ a fresh process needs to continue), and what the host gets back (``OperationResu
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -88,12 +89,22 @@ class DriveMarks:
     ``asked_model`` is set just before the drive sends a model request. From then on,
     replaying the drive from its last persisted point would ask the model again, and the
     model may word a call that already ran differently (a new idempotency key: its side
-    effect would run twice); so a failure after it ends the operation ``escalated``."""
+    effect would run twice); so a failure or a cancellation after it ends the operation
+    ``escalated``. A worker that dies cannot do that, so a resumed drive first makes the
+    mark durable: ``before_first_ask`` (set by the runner for a resume) persists it
+    before the first request leaves."""
 
-    __slots__ = ("asked_model",)
+    __slots__ = ("asked_model", "before_first_ask")
 
-    def __init__(self) -> None:
+    def __init__(self, before_first_ask: Callable[[], Awaitable[None]] | None = None) -> None:
         self.asked_model = False
+        self.before_first_ask = before_first_ask
+
+    async def asking(self) -> None:
+        """Called just before every model request of the drive."""
+        if not self.asked_model and self.before_first_ask is not None:
+            await self.before_first_ask()
+        self.asked_model = True
 
 
 # Statuses of a later call under the same idempotency key that settle an unknown outcome:

@@ -203,7 +203,7 @@ class OperationDrive:
                 r._tls = httpx.create_ssl_context()
             client = httpx.AsyncClient(verify=r._tls)
             self.client = await self.stack.enter_async_context(client)
-        self.marks.asked_model = True  # from here on, a replay would ask the model again
+        await self.marks.asking()  # from here on, a replay would ask the model again
         attempt = await stream_turn(
             self.client,
             r._adapter,

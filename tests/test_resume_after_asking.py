@@ -1,0 +1,170 @@
+"""A resumed drive that has asked the model again can never be replayed from its pause:
+the model may word a call that already ran differently (a new idempotency key), and its
+side effect would run twice. Whether the resume raised, was cancelled (the host's request
+timed out) or its worker died without a word, the operation ends ``escalated``, and every
+side effect ran once. Real SQLite file store, real loopback replay server."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from callgate.adapters.render import RenderCall, render_turn
+from callgate.engine.core.registry import Registry, RiskClass, ToolContext, ToolSpec
+from callgate.engine.core.states import OpInput, OpState
+from callgate.engine.runtime.loop import Runner
+from callgate.engine.runtime.operation import SNAPSHOT_DECODER
+from callgate.engine.runtime.replay import ReplayServer, ReplayTurn
+from callgate.engine.runtime.transport import ProviderEndpoint
+from callgate.engine.store.sqlite import SQLiteStore
+
+from .loop_helpers import FAST_RETRY
+
+pytestmark = pytest.mark.anyio
+
+
+class RefundArgs(msgspec.Struct, forbid_unknown_fields=True):
+    order_id: str
+    amount: int
+
+
+class EmailArgs(msgspec.Struct, forbid_unknown_fields=True):
+    to: str
+    body: str
+
+
+def _registry(effects: list[str]) -> Registry:
+    def submit_refund(args: RefundArgs, ctx: ToolContext) -> dict[str, object]:
+        effects.append(f"refund {args.order_id}")
+        return {"refund_id": "r-1"}
+
+    async def send_email(args: EmailArgs, ctx: ToolContext) -> dict[str, object]:
+        effects.append(f"email {args.body}")
+        return {"sent": True}
+
+    return Registry(
+        [
+            ToolSpec(
+                name="submit_refund",
+                description="Refund an order.",
+                args_type=RefundArgs,
+                handler=submit_refund,
+                risk=RiskClass.IRREVERSIBLE,  # needs approval
+            ),
+            ToolSpec(
+                name="send_email",
+                description="Email the customer.",
+                args_type=EmailArgs,
+                handler=send_email,
+                risk=RiskClass.WRITE,  # runs without approval, under an idempotency key
+            ),
+        ]
+    )
+
+
+def _turn(*calls: tuple[str, str, str], text: str = "", delay: float = 0.0) -> ReplayTurn:
+    body = render_turn("openai_chat", text=text, calls=[RenderCall(*c) for c in calls])
+    return ReplayTurn(body=body, first_byte_delay_s=delay)
+
+
+def _turns() -> list[ReplayTurn]:
+    return [
+        _turn(("c1", "submit_refund", '{"order_id":"A1","amount":5}')),  # start: pauses
+        _turn(("c2", "send_email", '{"to":"bob@x","body":"Refund issued."}')),  # resume
+        _turn(text="Done.", delay=30.0),  # the model is slow: the resume is cut here
+        # What a replay of the pause would get: the same email, reworded.
+        _turn(("c9", "send_email", '{"to":"bob@x","body":"Hi Bob, refund on its way."}')),
+        _turn(text="Done."),
+    ]
+
+
+def _runner(server: ReplayServer, reg: Registry, store: SQLiteStore, **kw: Any) -> Runner:
+    return Runner(
+        provider="openai_chat",
+        model="gpt-4o",
+        registry=reg,
+        endpoint=ProviderEndpoint(base_url=server.base_url, api_key="sk-test"),
+        store=store,
+        retry=FAST_RETRY,
+        **kw,
+    )
+
+
+async def _approved_pause(server: ReplayServer, reg: Registry, store: SQLiteStore) -> str:
+    paused = await _runner(server, reg, store).start("Refund A1")
+    assert paused.state is OpState.WAITING_APPROVAL
+    (approval_id,) = paused.pending_approvals
+    await store.decide_approval(approval_id, True, "alice", "ok", now=time.time())
+    return paused.operation_id
+
+
+async def _wait_for_requests(server: ReplayServer, n: int) -> None:
+    with anyio.fail_after(10):
+        await server.wait_for_requests(n)
+
+
+async def _stop_of(store: SQLiteStore, op_id: str) -> str:
+    row = await store.get_operation(op_id)
+    assert row is not None and row.owner is None and row.state == OpState.ESCALATED.value
+    snap = SNAPSHOT_DECODER.decode(row.snapshot)
+    assert snap.stop is not None and snap.stop.input is OpInput.DRIVE_FAILED
+    return snap.stop.reason
+
+
+async def test_a_resume_cancelled_after_asking_the_model_ends_escalated(tmp_path: Path) -> None:
+    effects: list[str] = []
+    reg = _registry(effects)
+    async with ReplayServer(_turns()) as server, SQLiteStore(tmp_path / "db") as store:
+        op_id = await _approved_pause(server, reg, store)
+        with anyio.move_on_after(10) as scope:  # cut by the host, not by this bound
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_runner(server, reg, store).resume, op_id)
+                await _wait_for_requests(server, 3)  # the slow final turn was asked for
+                tg.cancel_scope.cancel()
+        assert not scope.cancelled_caught
+        assert "after asking the model" in await _stop_of(store, op_id)
+        asked = len(server.requests)
+        again = await _runner(server, reg, store).resume(op_id)
+        assert again.state is OpState.ESCALATED
+        assert len(server.requests) == asked  # never replayed: the model was not asked again
+    assert effects == ["refund A1", "email Refund issued."]
+
+
+async def test_a_resume_whose_worker_went_silent_is_settled_not_replayed(tmp_path: Path) -> None:
+    effects: list[str] = []
+    reg = _registry(effects)
+    clock = [time.time()]
+    async with ReplayServer(_turns()) as server, SQLiteStore(tmp_path / "db") as store:
+        op_id = await _approved_pause(server, reg, store)
+        async with anyio.create_task_group() as tg:
+            doomed = _runner(server, reg, store, worker_id="w-doomed", clock=lambda: clock[0])
+            tg.start_soon(doomed.resume, op_id)
+            await _wait_for_requests(server, 3)
+            # Before its first model request the drive made that durable: the row is
+            # past its pause, so no resume can replay the approved calls from it.
+            row = await store.get_operation(op_id)
+            assert row is not None and row.owner == "w-doomed"
+            assert row.state == OpState.MODEL_REQUESTED.value
+            # The worker stops answering (as if SIGKILLed); another takes the claim over.
+            clock[0] += 3600.0
+            late = _runner(
+                server,
+                reg,
+                store,
+                worker_id="w-late",
+                claim_stale_after=300.0,
+                clock=lambda: clock[0],
+            )
+            taken = await late.resume(op_id)
+            assert taken.state is OpState.ESCALATED
+            assert "no drive holds it" in await _stop_of(store, op_id)
+            tg.cancel_scope.cancel()  # the doomed drive's release finds the claim not its own
+        assert len(server.requests) == 3
+        row = await store.get_operation(op_id)
+        assert row is not None and row.state == OpState.ESCALATED.value
+    assert effects == ["refund A1", "email Refund issued."]
