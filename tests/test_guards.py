@@ -420,3 +420,15 @@ def test_a_restored_tracker_behaves_exactly_like_the_original(ops: list[tuple[An
             b = BudgetTracker.restore(budgets, snap, now=clock)
         assert a.check_before_model_turn(clock) == b.check_before_model_turn(clock)
     assert a.snapshot(clock) == b.snapshot(clock)
+
+
+def test_a_negative_usage_count_never_refunds_the_token_and_cost_budgets() -> None:
+    tokens = tracker(max_output_tokens=100)
+    money = tracker(max_cost=1, prices={"m": (10_000, 10_000)})  # 0.01 a token
+    for t, budget in ((tokens, "max_output_tokens"), (money, "max_cost")):
+        assert turn(t, out=90) is None
+        assert turn(t, inp=-5_000, out=-1_000_000) is None  # bad provider input: 0
+        spent = turn(t, out=20)
+        assert spent is not None and spent.budget == budget
+    kept = tokens.snapshot(NOW)
+    assert kept["output_tokens"] == 110 and kept["input_tokens"] == 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Annotated, Any
+from decimal import Decimal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import pytest
@@ -142,6 +143,7 @@ def test_dataclass_argument_parts_are_refused() -> None:
         {"name": "x" * 65},
         {"name": "9starts_with_digit"},
         {"name": "dotted.name"},
+        {"name": "get_order\n"},  # ("$" of a plain match would take the final newline)
         {"args_type": dict},
         {"handler": "not callable"},
         {"risk": "read"},
@@ -296,3 +298,55 @@ def test_examples_that_look_like_refs_are_data() -> None:
 
     s = spec(args_type=RefExample)
     assert s.parameters["properties"]["opts"]["examples"] == [{"$ref": "#/$defs/Nope"}]
+
+
+class _Money(msgspec.Struct, forbid_unknown_fields=True):
+    amount: Decimal
+
+
+class _MoneyList(msgspec.Struct, forbid_unknown_fields=True):
+    amounts: list[Decimal | None]
+
+
+class _PositiveMoney(msgspec.Struct, forbid_unknown_fields=True):
+    amount: Annotated[Decimal, msgspec.Meta(gt=0)]
+
+
+class _IntKeyed(msgspec.Struct, forbid_unknown_fields=True):
+    by_id: dict[int, str]
+
+
+def _with_extra(extra: dict[str, Any]) -> type:
+    field = Annotated[str, msgspec.Meta(extra_json_schema=extra)]
+    return msgspec.defstruct("Extra", [("to", field)], forbid_unknown_fields=True)
+
+
+@pytest.mark.parametrize(
+    ("args_type", "says"),
+    [
+        # Decimal: a JSON number goes through float, Decimal() repairs strings ("1_000",
+        # " 10 ", non-ASCII digits, "NaN"), and "10" / "10.00" are two idempotency keys.
+        pytest.param(_Money, "Decimal", id="decimal"),
+        pytest.param(_MoneyList, "Decimal", id="decimal-nested"),
+        pytest.param(_PositiveMoney, "argument type", id="decimal-constraint-typeerror"),
+        pytest.param(_IntKeyed, "dict keys", id="int-keyed-dict"),
+        pytest.param(_with_extra({"pattern": "^[a-z]+@corp$"}), "pattern", id="extra-pattern"),
+        pytest.param(_with_extra({"maximum": 100}), "maximum", id="extra-maximum"),
+        pytest.param(_with_extra({"enum": ["a", "b"]}), "enum", id="extra-enum"),
+        pytest.param(_with_extra({"format": "email"}), "format", id="extra-format"),
+    ],
+)
+def test_argument_types_validation_could_not_hold_are_refused(args_type: type, says: str) -> None:
+    """What the model is shown must be what validation checks, exactly, without repair."""
+    with pytest.raises(ConfigError, match=says):
+        spec(args_type=args_type)
+
+
+def test_descriptive_extra_schema_and_str_like_keys_are_accepted() -> None:
+    class Fine(msgspec.Struct, forbid_unknown_fields=True):
+        to: Annotated[str, msgspec.Meta(extra_json_schema={"title": "To", "deprecated": False})]
+        by_name: dict[str, int] = {}
+        by_kind: dict[Literal["a", "b"], int] = {}
+
+    s = spec(args_type=Fine)
+    assert s.parameters["properties"]["to"]["title"] == "To"

@@ -277,19 +277,31 @@ def test_arguments_without_canonical_form_are_invalid() -> None:
     assert "canonical" in rejected(v).envelope.message
 
 
-def test_argument_type_post_init_crash_is_invalid_arguments() -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError,
+        # msgspec wraps these two in a ValidationError carrying their text, which looks
+        # like its own ("Invalid ...", "Expected `...`"): still the type only.
+        pytest.param(lambda s: ValueError("Invalid card 4111111111111111"), id="ValueError"),
+        pytest.param(lambda s: TypeError(f"Expected `row` got {s}"), id="TypeError"),
+    ],
+)
+def test_argument_type_post_init_crash_is_invalid_arguments(error: Any) -> None:
     class Fussy(msgspec.Struct, forbid_unknown_fields=True):
         x: int
 
         def __post_init__(self) -> None:
-            raise RuntimeError(SECRET)
+            raise error(SECRET)
 
     reg = Registry(
         [ToolSpec(name="fussy", description="", args_type=Fussy, handler=recording_handler)]
     )
     v = only(validate_turn([call("fussy", {"x": 1})], reg, AUTH))
     assert code_of(v) is ErrorCode.INVALID_ARGUMENTS
-    assert SECRET not in rejected(v).envelope.message and SECRET not in rejected(v).reason
+    message = rejected(v).envelope.message
+    assert SECRET not in message and SECRET not in rejected(v).reason
+    assert "4111111111111111" not in message
 
 
 def test_invalid_arguments_are_checked_before_authorization() -> None:

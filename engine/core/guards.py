@@ -329,8 +329,10 @@ class BudgetTracker:
         s = self._s
         s.turns += 1
         s.turn_admissions = {}
-        input_tokens = usage.input_tokens or 0
-        output_tokens = usage.output_tokens or 0
+        # A negative count is bad provider input: counted as 0, it can never refund the
+        # token and cost budgets spent by earlier turns.
+        input_tokens = max(usage.input_tokens or 0, 0)
+        output_tokens = max(usage.output_tokens or 0, 0)
         s.input_tokens += input_tokens
         s.output_tokens += output_tokens
         if self._budgets.max_cost is not None:

@@ -128,7 +128,7 @@ outcome was unknown, or None when the downstream system has no record of it."""
 
 # A name every provider accepts (OpenAI/Anthropic: [a-zA-Z0-9_-]{1,64}; Gemini must
 # start with a letter or underscore).
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # whole name (fullmatch: no "$\n")
 # Sensitive paths: "$.card.number", "card.number", "$.items[*].secret", "items.*.secret".
 _PATH_SEGMENT = re.compile(r"[^.\[\]]+|\[\*\]")
 
@@ -172,7 +172,7 @@ class ToolSpec:
     parameters: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ConfigError(f"tool name {self.name!r} must match {_NAME.pattern}")
         if not (isinstance(self.args_type, type) and issubclass(self.args_type, msgspec.Struct)):
             raise ConfigError(f"{self.name}: args_type must be a msgspec.Struct subclass")
@@ -190,8 +190,13 @@ class ToolSpec:
         ):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{self.name}: {label} must be a positive int or None")
-        _check_strict_struct(self.name, msgspec.inspect.type_info(self.args_type))
-        parameters = _inline_schema(self.name, msgspec.json.schema(self.args_type))
+        try:
+            info = msgspec.inspect.type_info(self.args_type)
+            schema = msgspec.json.schema(self.args_type)
+        except (TypeError, ValueError) as exc:  # e.g. a constraint the type cannot carry
+            raise ConfigError(f"{self.name}: unusable argument type: {exc}") from None
+        _check_strict_struct(self.name, info)
+        parameters = _inline_schema(self.name, schema)
         for path in self.sensitive_paths:
             _check_sensitive_path(self.name, parameters, path)
         for path in self.sensitive_result_paths:
@@ -310,15 +315,41 @@ class Registry:
 # --- argument type checks and schema ------------------------------------------------------
 
 
+# JSON Schema keywords that only describe (the rest constrain, and ``extra_json_schema``
+# constraints are shown to the model but never checked: msgspec.Meta's are).
+_ANNOTATIONS = frozenset(
+    {"title", "description", "examples", "deprecated", "readOnly", "writeOnly", "$comment"}
+)
+
+
 def _check_strict_struct(tool: str, info: msgspec.inspect.Type) -> None:
     """Every Struct reachable from the argument type must forbid unknown fields; types
-    that silently drop unknown keys (dataclass, TypedDict, ...) are refused."""
+    that silently drop unknown keys (dataclass, TypedDict, ...) are refused, and so are
+    the ones validation could not hold to what the model sent: ``Decimal`` (msgspec
+    reads a JSON number into it through a float, and ``Decimal()`` reads "1_000", " 10 ",
+    "١٠" and "NaN" from a string: a call could run on an amount nobody sent, and "10" and
+    "10.00" would be two idempotency keys for one refund), dicts keyed by anything but
+    strings (JSON keys are strings: no call could validate), and constraints given in
+    ``extra_json_schema`` (never enforced)."""
     stack = [info]
     seen: set[type] = set()
     while stack:
         t = stack.pop()
         if isinstance(t, msgspec.inspect.Metadata):
+            unchecked = sorted(set(t.extra_json_schema or {}) - _ANNOTATIONS)
+            if unchecked:
+                raise ConfigError(
+                    f"{tool}: extra_json_schema keyword(s) {unchecked} would be shown to the "
+                    "model but never checked: use msgspec.Meta constraints (ge, le, "
+                    "pattern, min_length, ...), which validation enforces"
+                )
             stack.append(t.type)
+        elif isinstance(t, msgspec.inspect.DecimalType):
+            raise ConfigError(
+                f"{tool}: Decimal arguments are refused (read through a float from a JSON "
+                "number, repaired from a string): use int minor units, or a str with "
+                "msgspec.Meta(pattern=...) converted in the handler"
+            )
         elif isinstance(t, msgspec.inspect.StructType):
             if t.cls in seen:
                 continue
@@ -350,9 +381,21 @@ def _check_strict_struct(tool: str, info: msgspec.inspect.Type) -> None:
         elif isinstance(t, msgspec.inspect.TupleType):
             stack.extend(t.item_types)
         elif isinstance(t, msgspec.inspect.DictType):
+            if not _str_keyed(t.key_type):
+                raise ConfigError(f"{tool}: dict keys in argument types must be str")
             stack.extend((t.key_type, t.value_type))
         elif isinstance(t, msgspec.inspect.UnionType):
             stack.extend(t.types)
+
+
+def _str_keyed(key: msgspec.inspect.Type) -> bool:
+    while isinstance(key, msgspec.inspect.Metadata):
+        key = key.type
+    if isinstance(key, msgspec.inspect.LiteralType):
+        return all(isinstance(v, str) for v in key.values)
+    if isinstance(key, msgspec.inspect.EnumType):
+        return all(isinstance(m.value, str) for m in key.cls)
+    return isinstance(key, msgspec.inspect.StrType | msgspec.inspect.AnyType)
 
 
 _DATA_KEYWORDS = frozenset({"default", "enum", "const", "examples"})

@@ -211,6 +211,11 @@ def _validate_one(
             source = _COPY_DECODER.decode(_ENCODER.encode(source))
         args = msgspec.convert(source, spec.args_type, strict=True)
     except msgspec.ValidationError as exc:
+        host = exc.__cause__  # a ValueError/TypeError of __post_init__, wrapped by msgspec
+        if host is not None:
+            # The host's own text may name its data: the type only, never the message.
+            reason = f"argument type raised {type(host).__name__}"
+            return _reject(call, ErrorCode.INVALID_ARGUMENTS, reason, spec)
         detail = safe_validation_detail(str(exc))
         return _reject(call, ErrorCode.INVALID_ARGUMENTS, detail, spec, detail)
     except Exception as exc:  # host code in the argument type (__post_init__) failed
