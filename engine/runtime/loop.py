@@ -49,6 +49,7 @@ from .operation import (
     DriveMarks,
     OperationResult,
     OperationSnapshot,
+    RunSettings,
 )
 from .progress import (
     OperationEnded,
@@ -72,6 +73,9 @@ _RELEASE_TIMEOUT = 10.0
 class Runner:
     """Drives operations for one provider/model/registry. Reusable and concurrency-safe
     across operations; each ``start``/``resume`` call drives one operation.
+
+    ``budgets``, ``system`` and ``max_tokens`` are the operation's from its ``start``:
+    kept with it (``RunSettings``), they hold whichever runner resumes it.
 
     ``claim_stale_after`` (seconds, default None): lets ``resume`` take over an operation
     still claimed by a worker that has not written it for that long — one that died
@@ -180,6 +184,9 @@ class Runner:
             state=OpState.MODEL_REQUESTED,
             messages=list(self._adapter.initial_messages(prompt)),
             tracker=BudgetTracker(self.budgets, now=now).snapshot(now),
+            settings=RunSettings(
+                budgets=self.budgets, system=self._system, max_tokens=self._max_tokens
+            ),
         )
         if self.store is None:
             return await self._drive(snap, None)
@@ -264,12 +271,17 @@ class Runner:
         marks: DriveMarks | None = None,
     ) -> OperationResult:
         now = self._clock()
-        tracker = BudgetTracker.restore(self.budgets, snap.tracker, now=now)
+        settings = snap.settings or RunSettings(
+            budgets=self.budgets, system=self._system, max_tokens=self._max_tokens
+        )
+        tracker = BudgetTracker.restore(settings.budgets, snap.tracker, now=now)
         audit = AuditChain(
             secret=self._audit_secret, start_seq=snap.audit_seq, prev_digest=snap.audit_head
         )
         async with contextlib.AsyncExitStack() as stack:
-            run = OperationDrive(self, snap, tracker, audit, stack, marks=marks or DriveMarks())
+            run = OperationDrive(
+                self, snap, settings, tracker, audit, stack, marks=marks or DriveMarks()
+            )
             if decisions is not None:
                 await run.to(OpInput.RESUMED)
                 await run.validate(decisions)

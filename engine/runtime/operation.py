@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from callgate.engine.core.audit import GENESIS
+from callgate.engine.core.guards import Budgets
 from callgate.engine.core.outcome import TurnOutcome
 from callgate.engine.core.states import (
     TERMINAL,
@@ -24,6 +25,7 @@ __all__ = [
     "DriveMarks",
     "OperationResult",
     "OperationSnapshot",
+    "RunSettings",
     "unresolved_unknowns",
 ]
 
@@ -41,8 +43,19 @@ class CallSummary(msgspec.Struct, frozen=True, kw_only=True):
     binding_sha256: str | None = None
 
 
+class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The host's settings an operation started under, kept with it: whichever worker
+    resumes it (``callgate operations resume`` included, which knows none of them) asks
+    the model with the same instructions and stops at the same budgets."""
+
+    budgets: Budgets
+    system: str | None = None
+    max_tokens: int | None = None
+
+
 class OperationSnapshot(msgspec.Struct, kw_only=True):
-    """Everything needed to continue the operation in another process."""
+    """Everything needed to continue the operation in another process. ``settings`` is
+    None only in a snapshot written before it was kept (the resuming runner's own apply)."""
 
     operation_id: str
     tenant: str
@@ -60,6 +73,7 @@ class OperationSnapshot(msgspec.Struct, kw_only=True):
     stop: StopInfo | None = None
     audit_seq: int = 0
     audit_head: str = GENESIS
+    settings: RunSettings | None = None
 
 
 class OperationResult(msgspec.Struct, frozen=True, kw_only=True):

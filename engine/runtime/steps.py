@@ -58,7 +58,13 @@ from .call_records import (
     trusted_key,
 )
 from .dispatch import CallResult, DispatchContext, execute_calls
-from .operation import CallSummary, DriveMarks, OperationSnapshot, unresolved_unknowns
+from .operation import (
+    CallSummary,
+    DriveMarks,
+    OperationSnapshot,
+    RunSettings,
+    unresolved_unknowns,
+)
 from .progress import (
     ApprovalRequested,
     CallPreparing,
@@ -86,6 +92,7 @@ class OperationDrive:
         self,
         runner: Runner,
         snap: OperationSnapshot,
+        settings: RunSettings,
         tracker: BudgetTracker,
         audit: AuditChain,
         stack: contextlib.AsyncExitStack,
@@ -99,11 +106,13 @@ class OperationDrive:
         self.client = runner._client
         self.stack = stack
         self.snap = snap
+        self.settings = settings
+        self.budgets = settings.budgets
         self.tracker = tracker
         self.audit = audit
         # One bound for the drive's handlers across its turns: a sync handler that ran
         # past its deadline still holds its slot while the next turn's calls start.
-        self.parallel = anyio.CapacityLimiter(runner.budgets.max_parallelism)
+        self.parallel = anyio.CapacityLimiter(self.budgets.max_parallelism)
         self.auth = AuthContext(
             tenant=snap.tenant,
             subject=snap.subject,
@@ -177,8 +186,8 @@ class OperationDrive:
             model=r.model,
             messages=snap.messages,
             tools=r.registry.declarations(),
-            system=r._system,
-            max_tokens=r._max_tokens,
+            system=self.settings.system,
+            max_tokens=self.settings.max_tokens,
             previous=snap.outcome,
         )
 
@@ -236,7 +245,7 @@ class OperationDrive:
             await self.exhausted(
                 ExhaustedBudget(
                     budget="deadline_seconds",
-                    limit=str(r.budgets.deadline_seconds),
+                    limit=str(self.budgets.deadline_seconds),
                     used=f"{self.tracker.elapsed(r._clock()):.3f}",
                     input=OpInput.DEADLINE,
                 )
@@ -334,8 +343,8 @@ class OperationDrive:
                 auth=self.auth,
                 store=r.store,
                 worker_id=r.worker_id,
-                max_parallelism=r.budgets.max_parallelism,
-                max_result_bytes=r.budgets.max_result_bytes,
+                max_parallelism=self.budgets.max_parallelism,
+                max_result_bytes=self.budgets.max_result_bytes,
                 clock=r._clock,
                 progress=r._progress,
                 provider=r.provider,
