@@ -280,7 +280,7 @@ class Runner:
         )
         async with contextlib.AsyncExitStack() as stack:
             run = OperationDrive(
-                self, snap, settings, tracker, audit, stack, marks=marks or DriveMarks()
+                self, snap, tracker, audit, stack, settings=settings, marks=marks or DriveMarks()
             )
             if decisions is not None:
                 await run.to(OpInput.RESUMED)

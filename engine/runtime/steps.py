@@ -92,11 +92,11 @@ class OperationDrive:
         self,
         runner: Runner,
         snap: OperationSnapshot,
-        settings: RunSettings,
         tracker: BudgetTracker,
         audit: AuditChain,
         stack: contextlib.AsyncExitStack,
         *,
+        settings: RunSettings,
         marks: DriveMarks,
     ) -> None:
         self.r = runner
