@@ -32,8 +32,9 @@ Rules of the table (read these before adding a row):
   observe a spent budget or the clock anywhere); ``NO_PROGRESS`` where the no-progress
   counter is evaluated (``VALIDATING``, ``RESULTS_READY``);
   ``OUTCOME_UNKNOWN_UNRECONCILABLE`` where a side effect may have happened
-  (``EXECUTING``) and where a model turn ends while one's outcome is still unknown
-  (``MODEL_REQUESTED``, whatever ended the turn); ``DRIVE_FAILED`` from every
+  (``EXECUTING``; ``VALIDATING``, when an approval an unfinished resume consumed has
+  expired before its call was answered) and where a model turn ends while one's outcome
+  is still unknown (``MODEL_REQUESTED``, whatever ended the turn); ``DRIVE_FAILED`` from every
   non-terminal state, when a drive raised (or its worker stopped) before a verdict and
   nothing can safely replay it.
 * A result that does not provably belong to its call (``BINDING_MISMATCH``) ends in
@@ -148,6 +149,9 @@ TRANSITIONS: dict[tuple[OpState, OpInput], OpState] = {
     (S.VALIDATING, I.EXECUTABLE): S.EXECUTING,
     (S.VALIDATING, I.ALL_REJECTED): S.RESULTS_READY,
     (S.VALIDATING, I.NO_PROGRESS): S.ESCALATED,
+    # Revalidating after a resume: an approval spent by an unfinished resume has expired,
+    # and that resume may have run the call.
+    (S.VALIDATING, I.OUTCOME_UNKNOWN_UNRECONCILABLE): S.ESCALATED,
     # A human decided (or nobody did in time).
     (S.WAITING_APPROVAL, I.RESUMED): S.VALIDATING,
     (S.WAITING_APPROVAL, I.DENIED): S.RESULTS_READY,

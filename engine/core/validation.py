@@ -64,13 +64,17 @@ class ApprovalDecision(msgspec.Struct, frozen=True, kw_only=True):
     """A human's decision on one call, as recorded by the approvals store.
 
     ``args_digest`` is the digest of the arguments the approver saw; a decision only
-    applies to a call whose revalidated arguments have the same digest."""
+    applies to a call whose revalidated arguments have the same digest. ``lapsed``: the
+    approval was consumed by an earlier resume that did not finish, and has expired
+    since; that resume may have run the call, and the expiry forbids running it now, so
+    nobody can answer it (the run loop escalates)."""
 
     approval_id: str
     call_id: str
     args_digest: str
     approved: bool
     expired: bool = False
+    lapsed: bool = False
 
 
 class Rejected(msgspec.Struct, frozen=True, kw_only=True):

@@ -342,6 +342,7 @@ class Runner:
         expiry) and say whether it authorizes the call."""
         expired = False
         approved = False
+        lapsed = False
         if record.status in (ApprovalStatus.APPROVED, ApprovalStatus.PENDING):
             # A pending row here is past its expiry (pass one waits otherwise): consuming it
             # records the expiry in the store, so it is never approvable later.
@@ -358,9 +359,12 @@ class Runner:
             # Consumed by an earlier resume of this same operation that did not finish: an
             # approval belongs to one call of one operation (checked below) and the claim
             # makes resumes exclusive, so nobody else spent it. The human's decision
-            # stands; if that attempt already ran the call, the idempotency ledger answers
-            # it instead of running the side effect again.
+            # stands until its expiry; if that attempt already ran the call, the
+            # idempotency ledger answers it instead of running the side effect again.
+            # Past the expiry it may not run, and it may have run (the ledger forgets
+            # finished keys after its retention): the operation escalates (``lapsed``).
             approved = True
+            lapsed = now >= record.expires_at
         elif record.status is ApprovalStatus.EXPIRED:
             expired = True
         spec = self.registry.get(record.tool)
@@ -382,6 +386,7 @@ class Runner:
             args_digest=record.args_digest,
             approved=approved,
             expired=expired,
+            lapsed=lapsed and approved,
         )
 
     @contextlib.asynccontextmanager

@@ -289,7 +289,18 @@ class OperationDrive:
             # Out of time: ask no person to approve, and run nothing after a resume.
             await self.exhausted(late)
             return
-        if decisions is None:
+        if decisions is not None:
+            lapsed = sorted(d.call_id for d in decisions.values() if d.lapsed)
+            if lapsed:
+                await self.stop(
+                    OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE,
+                    f"the approval of call(s) {', '.join(lapsed)} was consumed by a resume "
+                    "that did not finish and has expired since: whether they ran is for a "
+                    "person to check (idempotency ledger, audit trail)",
+                    outcome.raw_reason,
+                )
+                return
+        else:
             for call in outcome.calls:
                 # Arguments with no canonical form (an integer beyond 64 bits) cannot be
                 # chained: record the marker and the raw bytes' digest, and let validation
@@ -324,7 +335,17 @@ class OperationDrive:
             return
         step = turn_input(verdicts)
         if step is OpInput.APPROVAL_NEEDED:
-            self.pending = [v for v in verdicts if isinstance(v, NeedsApproval)]
+            # A resumed turn that pauses again (a call needs approval now) runs nothing,
+            # so the approvals this resume consumed authorized nothing: their calls are
+            # asked for again, never run later on an approval past its expiry.
+            self.pending = [
+                v
+                if isinstance(v, NeedsApproval)
+                else NeedsApproval(call=v.call, spec=v.spec, args=v.args, args_digest=v.args_digest)
+                for v in verdicts
+                if isinstance(v, NeedsApproval)
+                or (isinstance(v, Executable) and v.approval_id is not None)
+            ]
             await self.to(step)
             return
         await self.execute(verdicts, step, decisions)

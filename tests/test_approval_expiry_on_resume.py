@@ -1,0 +1,178 @@
+"""An approval authorizes its call only until it expires, also when a resume consumed it
+and did not run the call then:
+
+- a resume that failed after consuming (and perhaps running the call), replayed past the
+  approval's expiry, escalates: the call may have run (the ledger forgets finished keys
+  after its retention), and the expiry forbids running it now;
+- a resume that pauses the turn again (another call needs approval now) ran nothing, so
+  it asks again for the calls whose approvals it consumed: they never run later on an
+  approval past its expiry.
+
+Real SQLite file store, real loopback replay server, a clock the test moves."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from callgate.engine.core.registry import Registry, RiskClass, ToolContext, ToolSpec
+from callgate.engine.core.states import OpInput, OpState
+from callgate.engine.runtime.loop import Runner
+from callgate.engine.runtime.progress import ProgressEvent, StateChanged
+from callgate.engine.runtime.replay import ReplayServer
+from callgate.engine.runtime.transport import ProviderEndpoint
+from callgate.engine.store.base import ApprovalStatus
+from callgate.engine.store.sqlite import SQLiteStore
+
+from .loop_helpers import FAST_RETRY, turn
+
+pytestmark = pytest.mark.anyio
+P = "openai_chat"
+T0 = 1_800_000_000.0
+TTL = 3600.0
+
+
+class OrderArgs(msgspec.Struct, forbid_unknown_fields=True):
+    order_id: str
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = T0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _registry(ran: list[str]) -> Registry:
+    def refund(args: OrderArgs, ctx: ToolContext) -> dict[str, object]:
+        ran.append(f"refund {args.order_id}")
+        return {"refunded": True}
+
+    def get_order(args: OrderArgs, ctx: ToolContext) -> dict[str, object]:
+        ran.append(f"get_order {args.order_id}")
+        return {"status": "shipped"}
+
+    return Registry(
+        [
+            ToolSpec(
+                name="refund",
+                description="Refund an order.",
+                args_type=OrderArgs,
+                handler=refund,
+                risk=RiskClass.IRREVERSIBLE,
+            ),
+            ToolSpec(
+                name="get_order",
+                description="Look up an order.",
+                args_type=OrderArgs,
+                handler=get_order,
+                risk=RiskClass.READ,
+            ),
+        ]
+    )
+
+
+def _runner(server: ReplayServer, reg: Registry, store: SQLiteStore, **kw: Any) -> Runner:
+    return Runner(
+        provider=P,
+        model="gpt-4o",
+        registry=reg,
+        endpoint=ProviderEndpoint(base_url=server.base_url, api_key="sk-test"),
+        store=store,
+        retry=FAST_RETRY,
+        approval_ttl=TTL,
+        **kw,
+    )
+
+
+class SinkFailed(Exception):
+    pass
+
+
+async def _fails_on_results(event: ProgressEvent) -> None:
+    if isinstance(event, StateChanged) and event.new == "results_ready":
+        raise SinkFailed  # after the approved call ran, before the model is asked again
+
+
+async def test_a_replayed_resume_past_the_approvals_expiry_escalates(tmp_path: Path) -> None:
+    ran: list[str] = []
+    reg, clock = _registry(ran), Clock()
+    turns = [turn(P, calls=[("c1", "refund", '{"order_id":"A"}')]), turn(P, text="Done.")]
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        paused = await _runner(server, reg, store, clock=clock).start("Refund A")
+        (approval_id,) = paused.pending_approvals
+        await store.decide_approval(approval_id, True, "alice", "ok", now=T0 + 10)
+        clock.t = T0 + 20
+        failing = _runner(server, reg, store, clock=clock, progress=_fails_on_results)
+        with pytest.raises(SinkFailed):
+            await failing.resume(paused.operation_id)
+        assert ran == ["refund A"]  # ran, and the pause is left to be replayed
+        clock.t = T0 + TTL  # the approval has expired (whatever the ledger still holds)
+        done = await _runner(server, reg, store, clock=clock).resume(paused.operation_id)
+        assert len(server.requests) == 1  # the model was never asked again
+    assert done.state is OpState.ESCALATED and done.stop is not None
+    assert done.stop.input is OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
+    assert "c1" in done.stop.reason and "expired" in done.stop.reason
+    assert ran == ["refund A"]
+
+
+async def test_a_replayed_resume_before_the_expiry_is_answered_by_the_ledger(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+    reg, clock = _registry(ran), Clock()
+    turns = [turn(P, calls=[("c1", "refund", '{"order_id":"A"}')]), turn(P, text="Done.")]
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        paused = await _runner(server, reg, store, clock=clock).start("Refund A")
+        (approval_id,) = paused.pending_approvals
+        await store.decide_approval(approval_id, True, "alice", "ok", now=T0 + 10)
+        clock.t = T0 + 20
+        failing = _runner(server, reg, store, clock=clock, progress=_fails_on_results)
+        with pytest.raises(SinkFailed):
+            await failing.resume(paused.operation_id)
+        clock.t = T0 + TTL - 1
+        done = await _runner(server, reg, store, clock=clock).resume(paused.operation_id)
+    assert done.state is OpState.COMPLETED
+    assert [c.status for c in done.calls] == ["replayed"]
+    assert ran == ["refund A"]
+
+
+async def test_a_resume_that_pauses_again_asks_again_for_what_it_consumed(tmp_path: Path) -> None:
+    ran: list[str] = []
+    base, clock = _registry(ran), Clock()
+    # Between the pause and the resume a deploy made get_order approval-gated.
+    gated = Registry(
+        [base.get("refund"), dataclasses.replace(base.get("get_order"), approval=True)]
+    )
+    calls = [
+        ("c_refund", "refund", '{"order_id":"A"}'),
+        ("c_read", "get_order", '{"order_id":"A"}'),
+    ]
+    async with (
+        ReplayServer([turn(P, calls=calls), turn(P, text="Done.")]) as server,
+        SQLiteStore(tmp_path / "db") as store,
+    ):
+        paused = await _runner(server, base, store, clock=clock).start("Refund A")
+        (first,) = paused.pending_approvals
+        await store.decide_approval(first, True, "alice", "ok", now=T0 + 60)
+        clock.t = T0 + 120
+        again = await _runner(server, gated, store, clock=clock).resume(paused.operation_id)
+        assert again.state is OpState.WAITING_APPROVAL and ran == []
+        assert first not in again.pending_approvals and len(again.pending_approvals) == 2
+        for approval_id in again.pending_approvals:  # both asked for, from now
+            record = await store.get_approval(approval_id)
+            assert record is not None and record.status is ApprovalStatus.PENDING
+            assert record.expires_at == clock.t + TTL
+        clock.t = T0 + 86_400  # nobody decided: a day later, any worker resumes
+        done = await _runner(server, gated, store, clock=clock).resume(paused.operation_id)
+    assert done.state is OpState.COMPLETED
+    assert sorted((c.call_id, c.status) for c in done.calls) == [
+        ("c_read", "approval_expired"),
+        ("c_refund", "approval_expired"),
+    ]
+    assert ran == []
