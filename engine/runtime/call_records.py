@@ -11,21 +11,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from callgate.engine.core.audit import AuditChain, Token, parse_path
 from callgate.engine.core.canonical import canonical_json, digests_equal, hmac_fields, sha256_hex
 from callgate.engine.core.errors import ConfigError
-from callgate.engine.core.outcome import ProposedCall
+from callgate.engine.core.outcome import ProposedCall, TurnOutcome
 from callgate.engine.core.registry import ToolSpec
-from callgate.engine.core.validation import Executable, Verdict
+from callgate.engine.core.validation import ApprovalDecision, Executable, NeedsApproval, Verdict
 
 from .dispatch import CallResult
 
 __all__ = [
     "answers",
+    "approvals_to_request",
     "argument_value",
     "audit_digests",
     "bindable_arguments",
+    "echoed_turn",
     "has_canonical_form",
+    "lapsed_reason",
     "sensitive_paths",
     "trusted_key",
 ]
@@ -127,3 +132,41 @@ def audit_digests(
     }
     out["digests"] = "hmac"
     return out
+
+
+def approvals_to_request(verdicts: list[Verdict]) -> list[NeedsApproval]:
+    """The calls a pausing turn asks a person about. A resumed turn that pauses again (a
+    call needs approval now) runs nothing, so the approvals its resume consumed
+    authorized nothing: their calls are asked for again, never run later on an approval
+    past its expiry."""
+    return [
+        v
+        if isinstance(v, NeedsApproval)
+        else NeedsApproval(call=v.call, spec=v.spec, args=v.args, args_digest=v.args_digest)
+        for v in verdicts
+        if isinstance(v, NeedsApproval) or (isinstance(v, Executable) and v.approval_id)
+    ]
+
+
+def lapsed_reason(decisions: Mapping[str, ApprovalDecision]) -> str | None:
+    """Why a resume must escalate before revalidating, if it must: an approval an
+    unfinished resume consumed has expired since (``ApprovalDecision.lapsed``)."""
+    lapsed = sorted(d.call_id for d in decisions.values() if d.lapsed)
+    if not lapsed:
+        return None
+    return (
+        f"the approval of call(s) {', '.join(lapsed)} was consumed by a resume that did not "
+        "finish and has expired since: whether they ran is for a person to check "
+        "(idempotency ledger, audit trail)"
+    )
+
+
+def echoed_turn(outcome: TurnOutcome) -> TurnOutcome:
+    """The turn as it is echoed: a call that repeats an earlier call's id is left out. It
+    gets no result of its own (see ``bind``), and Anthropic and Gemini refuse a history
+    whose calls and results do not pair up (400: ``tool_use`` ids must be unique)."""
+    first = {c.call_id: c for c in reversed(outcome.calls)}  # each id's first call wins
+    calls = [c for c in outcome.calls if first[c.call_id] is c]
+    if len(calls) == len(outcome.calls):
+        return outcome
+    return msgspec.structs.replace(outcome, calls=tuple(calls))

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
-import msgspec
 
 from callgate.engine.core.adapter import ModelResult
 from callgate.engine.core.audit import AuditChain, AuditRecord, Token
@@ -29,7 +28,7 @@ from callgate.engine.core.errors import BindingError
 from callgate.engine.core.events import CallStarted, EngineEvent, TextDelta
 from callgate.engine.core.guards import BudgetTracker, ExhaustedBudget
 from callgate.engine.core.ids import new_approval_id
-from callgate.engine.core.outcome import ProposedCall, TurnOutcome
+from callgate.engine.core.outcome import ProposedCall
 from callgate.engine.core.registry import AuthContext
 from callgate.engine.core.states import (
     OpInput,
@@ -50,10 +49,13 @@ from callgate.engine.store.base import ApprovalRecord
 
 from .call_records import (
     answers,
+    approvals_to_request,
     argument_value,
     audit_digests,
     bindable_arguments,
+    echoed_turn,
     has_canonical_form,
+    lapsed_reason,
     sensitive_paths,
     trusted_key,
 )
@@ -252,10 +254,10 @@ class OperationDrive:
             )
             return
         if event is OpInput.PAUSED:
-            snap.messages.extend(r._adapter.assistant_echo(_echoed(outcome)))
+            snap.messages.extend(r._adapter.assistant_echo(echoed_turn(outcome)))
             await self.to(event)
         elif event is OpInput.TOOL_PROPOSALS:
-            snap.messages.extend(r._adapter.assistant_echo(_echoed(outcome)))
+            snap.messages.extend(r._adapter.assistant_echo(echoed_turn(outcome)))
             snap.text = outcome.text or snap.text
             await self.to(event)
         else:
@@ -290,15 +292,9 @@ class OperationDrive:
             await self.exhausted(late)
             return
         if decisions is not None:
-            lapsed = sorted(d.call_id for d in decisions.values() if d.lapsed)
-            if lapsed:
-                await self.stop(
-                    OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE,
-                    f"the approval of call(s) {', '.join(lapsed)} was consumed by a resume "
-                    "that did not finish and has expired since: whether they ran is for a "
-                    "person to check (idempotency ledger, audit trail)",
-                    outcome.raw_reason,
-                )
+            lapsed = lapsed_reason(decisions)
+            if lapsed is not None:
+                await self.stop(OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE, lapsed, outcome.raw_reason)
                 return
         else:
             for call in outcome.calls:
@@ -335,17 +331,7 @@ class OperationDrive:
             return
         step = turn_input(verdicts)
         if step is OpInput.APPROVAL_NEEDED:
-            # A resumed turn that pauses again (a call needs approval now) runs nothing,
-            # so the approvals this resume consumed authorized nothing: their calls are
-            # asked for again, never run later on an approval past its expiry.
-            self.pending = [
-                v
-                if isinstance(v, NeedsApproval)
-                else NeedsApproval(call=v.call, spec=v.spec, args=v.args, args_digest=v.args_digest)
-                for v in verdicts
-                if isinstance(v, NeedsApproval)
-                or (isinstance(v, Executable) and v.approval_id is not None)
-            ]
+            self.pending = approvals_to_request(verdicts)
             await self.to(step)
             return
         await self.execute(verdicts, step, decisions)
@@ -610,14 +596,3 @@ class OperationDrive:
     ) -> dict[str, str | None]:
         spec = self.r.registry.get(tool) if tool is not None else None
         return audit_digests(spec, self.audit, self.r._audit_secret, covered, digests)
-
-
-def _echoed(outcome: TurnOutcome) -> TurnOutcome:
-    """The turn as it is echoed: a call that repeats an earlier call's id is left out. It
-    gets no result of its own (see ``bind``), and Anthropic and Gemini refuse a history
-    whose calls and results do not pair up (400: ``tool_use`` ids must be unique)."""
-    first = {c.call_id: c for c in reversed(outcome.calls)}  # each id's first call wins
-    calls = [c for c in outcome.calls if first[c.call_id] is c]
-    if len(calls) == len(outcome.calls):
-        return outcome
-    return msgspec.structs.replace(outcome, calls=tuple(calls))
