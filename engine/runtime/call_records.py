@@ -1,6 +1,7 @@
 """What a drive records and checks about one call, beside running it: the arguments a
 result is bound to, whether a dispatcher's result answers the call as validated, and the
-digest fields of the call's audit records (keyed where the trail redacts what they cover).
+digest fields of the call's audit records (keyed where the trail redacts what they cover),
+which calls a pausing turn asks a person about, and the turn as it is echoed.
 
 Owns no state and does no I/O; ``steps.OperationDrive`` calls these while it binds results
 and writes the audit trail.
