@@ -44,12 +44,12 @@ from callgate.engine.store.base import ApprovalRecord, ApprovalStatus, Operation
 from callgate.engine.store.errors import ApprovalAlreadyConsumed, ApprovalExpired
 
 from .operation import (
-    SNAPSHOT_DECODER,
     CallSummary,
     DriveMarks,
     OperationResult,
     OperationSnapshot,
     RunSettings,
+    decode_snapshot,
 )
 from .progress import (
     OperationEnded,
@@ -242,7 +242,7 @@ class Runner:
             record = await store.get_operation(operation_id)
             if record is None:
                 raise StoreError(f"no operation {operation_id}")
-            snap = SNAPSHOT_DECODER.decode(record.snapshot)
+            snap = decode_snapshot(record.snapshot, operation_id)
             if record.owner != self.worker_id or record.fencing_token != token:
                 return self._result(snap)  # taken over since our claim: no longer ours
             if snap.provider != self.provider:
@@ -470,7 +470,7 @@ class Runner:
                     return  # released by the drive itself, or taken over: not ours now
                 changes: dict[str, Any] = {"owner": None, "updated_at": self._clock()}
                 if stop is not None:
-                    snap = SNAPSHOT_DECODER.decode(record.snapshot)
+                    snap = decode_snapshot(record.snapshot, operation_id)
                     snap.state, snap.stop = stop.state, stop
                     changes.update(state=stop.state.value, snapshot=msgspec.json.encode(snap))
                 await store.save_operation(
@@ -502,7 +502,7 @@ class Runner:
         record = await store.get_operation(operation_id)
         if record is None:
             raise StoreError(f"no operation {operation_id}")
-        snap = SNAPSHOT_DECODER.decode(record.snapshot)
+        snap = decode_snapshot(record.snapshot, operation_id)
         snap.state = OpState.MODEL_REQUESTED
         await store.save_operation(
             msgspec.structs.replace(
@@ -519,7 +519,7 @@ class Runner:
         record = await self._need_store().get_operation(operation_id)
         if record is None:
             raise StoreError(f"no operation {operation_id}")
-        return SNAPSHOT_DECODER.decode(record.snapshot)
+        return decode_snapshot(record.snapshot, operation_id)
 
     async def _persist(
         self, snap: OperationSnapshot, lease: tuple[int, int], *, release: bool

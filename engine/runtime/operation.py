@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from callgate.engine.core.audit import GENESIS
+from callgate.engine.core.errors import StoreError
 from callgate.engine.core.guards import Budgets
 from callgate.engine.core.outcome import TurnOutcome
 from callgate.engine.core.states import (
@@ -26,6 +27,7 @@ __all__ = [
     "OperationResult",
     "OperationSnapshot",
     "RunSettings",
+    "decode_snapshot",
     "unresolved_unknowns",
 ]
 
@@ -93,6 +95,17 @@ class OperationResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 SNAPSHOT_DECODER = msgspec.json.Decoder(OperationSnapshot)
+
+
+def decode_snapshot(data: bytes, operation_id: str) -> OperationSnapshot:
+    """The snapshot stored for ``operation_id``; one that does not decode (edited by hand,
+    written by another tool) is a ``StoreError``, never a bare decode error."""
+    try:
+        return SNAPSHOT_DECODER.decode(data)
+    except msgspec.DecodeError as exc:  # (ValidationError included)
+        raise StoreError(
+            f"operation {operation_id}: the stored snapshot is unreadable: {exc}"
+        ) from None
 
 
 class DriveMarks:

@@ -1,8 +1,9 @@
 """Column order and row <-> record conversion shared by the SQL backends.
 
 One place names the columns, so a SELECT, an INSERT and the decoder cannot drift apart.
-A row that does not decode (a value outside the CHECK constraints, written by hand or by
-a buggy tool) becomes a StoreError naming the column, never a bare ValueError.
+A row that does not decode (a value outside the CHECK constraints or of another type,
+written by hand or by a buggy tool) becomes a StoreError naming the column, never a bare
+ValueError or TypeError. A JSON column written as TEXT reads as its UTF-8 bytes.
 """
 
 from __future__ import annotations
@@ -91,12 +92,12 @@ def operation_from_row(row: Sequence[Any]) -> OperationRecord:
         tenant=row[1],
         subject=row[2],
         state=row[3],
-        version=int(row[4]),
+        version=_int(row[4], "operations.version"),
         owner=row[5],
-        fencing_token=int(row[6]),
-        snapshot=bytes(row[7]),
-        created_at=float(row[8]),
-        updated_at=float(row[9]),
+        fencing_token=_int(row[6], "operations.fencing_token"),
+        snapshot=_blob(row[7], "operations.snapshot"),
+        created_at=_float(row[8], "operations.created_at"),
+        updated_at=_float(row[9], "operations.updated_at"),
     )
 
 
@@ -135,10 +136,10 @@ def approval_from_row(row: Sequence[Any]) -> ApprovalRecord:
         status=_enum(ApprovalStatus, row[9], "approvals.status"),
         approver=row[10],
         reason=row[11],
-        created_at=float(row[12]),
-        expires_at=float(row[13]),
-        decided_at=None if row[14] is None else float(row[14]),
-        consumed_at=None if row[15] is None else float(row[15]),
+        created_at=_float(row[12], "approvals.created_at"),
+        expires_at=_float(row[13], "approvals.expires_at"),
+        decided_at=None if row[14] is None else _float(row[14], "approvals.decided_at"),
+        consumed_at=None if row[15] is None else _float(row[15], "approvals.consumed_at"),
     )
 
 
@@ -161,10 +162,10 @@ def ledger_from_row(row: Sequence[Any]) -> LedgerRecord:
         key=row[1],
         request_digest=row[2],
         state=_enum(LedgerState, row[3], "ledger.state"),
-        result=None if row[4] is None else bytes(row[4]),
+        result=None if row[4] is None else _blob(row[4], "ledger.result"),
         owner=row[5],
-        created_at=float(row[6]),
-        updated_at=float(row[7]),
+        created_at=_float(row[6], "ledger.created_at"),
+        updated_at=_float(row[7], "ledger.updated_at"),
     )
 
 
@@ -175,3 +176,24 @@ def _enum(kind: type[_E], value: object, column: str) -> _E:
         raise StoreError(
             f"{column} holds {value!r}, not one of {[m.value for m in kind]}"
         ) from None
+
+
+def _int(value: object, column: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise StoreError(f"{column} holds {value!r}, not an integer")
+
+
+def _float(value: object, column: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise StoreError(f"{column} holds {value!r}, not a number")
+
+
+def _blob(value: object, column: str) -> bytes:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        # JSON written as TEXT (what the sqlite3 shell's UPDATE does): the same bytes.
+        return value.encode("utf-8", "surrogatepass")
+    raise StoreError(f"{column} holds a {type(value).__name__}, not bytes")
