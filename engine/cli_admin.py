@@ -246,6 +246,10 @@ async def _approvals_show(args: argparse.Namespace, store: Store) -> int:
 async def _approvals_decide(args: argparse.Namespace, store: Store) -> int:
     approve: bool = args.approve
     approval_id: str = args.approval_id
+    if not args.approver.strip():
+        raise CliFailure("--approver must name who decides (the approval audits it)", 2)
+    if not approve and not (args.reason or "").strip():
+        raise CliFailure("--reason must say why the call is denied", 2)
     await _get_approval(store, approval_id)
     now = time.time()
     try:

@@ -221,8 +221,9 @@ def test_approve_once_then_every_second_decision_is_rejected(seed: Seed) -> None
 
 def test_deny_needs_a_reason_and_records_it(seed: Seed) -> None:
     store = ("--store", seed.url)
-    proc = run_cli("approvals", "deny", "apr_other", "--approver", "bob", *store)
-    assert proc.returncode == 2 and "--reason" in proc.stderr
+    for blank in ((), ("--reason", ""), ("--reason", "  ")):
+        proc = run_cli("approvals", "deny", "apr_other", "--approver", "bob", *blank, *store)
+        assert proc.returncode == 2 and "--reason" in proc.stderr
     denied = parsed(
         run_cli("approvals", "deny", "apr_other", "--approver", "bob", "--reason", "too big",
                 "--json", *store)
@@ -230,6 +231,15 @@ def test_deny_needs_a_reason_and_records_it(seed: Seed) -> None:
     assert (denied["status"], denied["approver"], denied["reason"]) == ("denied", "bob", "too big")
     text = run_cli("approvals", "show", "apr_other", *store).stdout
     assert "status     denied" in text and "by bob: too big" in text
+
+
+def test_an_approval_needs_a_named_approver(seed: Seed) -> None:
+    store = ("--store", seed.url)
+    for blank in ("", " \t"):
+        proc = run_cli("approvals", "approve", "apr_other", "--approver", blank, *store)
+        assert proc.returncode == 2 and "--approver" in proc.stderr
+    shown = parsed(run_cli("approvals", "show", "apr_other", "--json", *store))
+    assert shown["status"] == "pending"  # nothing was decided
 
 
 def test_an_expired_approval_cannot_be_decided(seed: Seed) -> None:

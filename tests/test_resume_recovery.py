@@ -357,15 +357,20 @@ async def test_a_locked_database_that_also_blocks_the_release_is_recovered_by_ta
     assert ran == [CITY]
 
 
+@pytest.mark.parametrize("option", ["claim_stale_after", "approval_ttl"])
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
-async def test_claim_stale_after_must_be_a_positive_finite_number(bad: float) -> None:
-    with pytest.raises(ConfigError, match="claim_stale_after"):
+async def test_claim_stale_after_and_approval_ttl_must_be_positive_finite_numbers(
+    option: str, bad: float
+) -> None:
+    # Refused at construction: approval_ttl used to fail only at the first pause, after a
+    # paid model turn, leaving the operation escalated (inf has no JSON form).
+    with pytest.raises(ConfigError, match=option):
         Runner(
             provider="openai_chat",
             model="gpt-4o",
             registry=registry([]),
             endpoint=ProviderEndpoint(base_url="http://127.0.0.1:9", api_key="sk-test"),
-            claim_stale_after=bad,
+            **{option: bad},
         )
 
 
@@ -384,6 +389,30 @@ async def test_an_approval_counts_only_under_the_policy_revision_it_was_given_fo
         )
         current = registry(ran, policy_revision=revision_at_resume)
         done = await runner(server.base_url, current, store).resume(op_id)
+        record = await store.get_approval(approval_id)
     assert done.state is OpState.COMPLETED
     assert [(c.status, c.approval_id) for c in done.calls] == [(status, approval_id)]
     assert ran == ([CITY] if status == "ok" else [])
+    # Consumed only when it authorized the run: the one that did not carry over is left
+    # approved (a consumed row reads, in `approvals list`, as an approval that was used).
+    assert record is not None
+    assert record.status is (ApprovalStatus.CONSUMED if status == "ok" else ApprovalStatus.APPROVED)
+
+
+async def test_a_consumed_approval_whose_policy_changed_escalates(tmp_path: Path) -> None:
+    """Consumed by a resume that failed (and may have run the call), then the policy
+    revision changed: the call may not run now, and it may have run."""
+    ran: list[str] = []
+    turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)]
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        op_id, _ = await paused_and_approved(server.base_url, registry(ran), store)
+        failing = runner(server.base_url, registry(ran), store, progress=fail_when("results_ready"))
+        with pytest.raises(HostBug):
+            await failing.resume(op_id)
+        assert ran == [CITY]
+        done = await runner(server.base_url, registry(ran, policy_revision="2"), store).resume(
+            op_id
+        )
+    assert done.state is OpState.ESCALATED and done.stop is not None
+    assert done.stop.input is OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
+    assert ran == [CITY]

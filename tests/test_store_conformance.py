@@ -295,6 +295,16 @@ async def test_double_approve_first_decision_wins(store: Store) -> None:
 
 
 @all_backends
+@pytest.mark.parametrize("approver", ["", "   ", None])
+async def test_an_anonymous_decision_is_refused(store: Store, approver: Any) -> None:
+    await store.create_approval(approval())
+    with pytest.raises(ConfigError, match="approver"):
+        await store.decide_approval("ap-1", True, approver, None, now=NOW + 1)
+    record = await store.get_approval("ap-1")
+    assert record is not None and record.status is ApprovalStatus.PENDING
+
+
+@all_backends
 async def test_approve_vs_deny_race_exactly_one_decision(store: Store) -> None:
     await store.create_approval(approval())
     wins: list[tuple[str, bool]] = []

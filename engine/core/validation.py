@@ -65,9 +65,10 @@ class ApprovalDecision(msgspec.Struct, frozen=True, kw_only=True):
 
     ``args_digest`` is the digest of the arguments the approver saw; a decision only
     applies to a call whose revalidated arguments have the same digest. ``lapsed``: the
-    approval was consumed by an earlier resume that did not finish, and has expired
-    since; that resume may have run the call, and the expiry forbids running it now, so
-    nobody can answer it (the run loop escalates)."""
+    approval was consumed by an earlier resume that did not finish, and no longer holds
+    (expired, or the tool contract or policy changed since); that resume may have run the
+    call, and running it now is not allowed, so nobody can answer it (the run loop
+    escalates)."""
 
     approval_id: str
     call_id: str

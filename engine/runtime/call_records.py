@@ -151,14 +151,14 @@ def approvals_to_request(verdicts: list[Verdict]) -> list[NeedsApproval]:
 
 def lapsed_reason(decisions: Mapping[str, ApprovalDecision]) -> str | None:
     """Why a resume must escalate before revalidating, if it must: an approval an
-    unfinished resume consumed has expired since (``ApprovalDecision.lapsed``)."""
+    unfinished resume consumed no longer holds (``ApprovalDecision.lapsed``)."""
     lapsed = sorted(d.call_id for d in decisions.values() if d.lapsed)
     if not lapsed:
         return None
     return (
         f"the approval of call(s) {', '.join(lapsed)} was consumed by a resume that did not "
-        "finish and has expired since: whether they ran is for a person to check "
-        "(idempotency ledger, audit trail)"
+        "finish and no longer holds (expired, or the tool contract or policy changed): "
+        "whether they ran is for a person to check (idempotency ledger, audit trail)"
     )
 
 

@@ -133,6 +133,14 @@ class Runner:
         ):
             # 0 would let every resume steal a live claim; inf or NaN would never take over.
             raise ConfigError(f"claim_stale_after must be > 0 seconds, not {claim_stale_after!r}")
+        if (
+            not isinstance(approval_ttl, int | float)
+            or isinstance(approval_ttl, bool)
+            or not (math.isfinite(approval_ttl) and approval_ttl > 0)
+        ):
+            # Checked here, not at the first pause (after a paid model turn): an infinite
+            # or NaN expiry has no JSON form, and approvals must expire.
+            raise ConfigError(f"approval_ttl must be > 0 seconds, not {approval_ttl!r}")
         self.provider = provider
         self.model = model
         self.registry = registry
@@ -340,33 +348,6 @@ class Runner:
     ) -> ApprovalDecision:
         """Settle one approval of the paused turn in the store (consume it, or record its
         expiry) and say whether it authorizes the call."""
-        expired = False
-        approved = False
-        lapsed = False
-        if record.status in (ApprovalStatus.APPROVED, ApprovalStatus.PENDING):
-            # A pending row here is past its expiry (pass one waits otherwise): consuming it
-            # records the expiry in the store, so it is never approvable later.
-            try:
-                await store.consume_approval(record.approval_id, now=now)
-                approved = True
-            except ApprovalExpired:  # approved too late, or never decided in time
-                expired = True
-            except ApprovalAlreadyConsumed:  # consumed since pass one: as CONSUMED below
-                approved = True
-            # Other store errors propagate; the failed resume releases its claim, and the
-            # next resume reads the approvals again.
-        elif record.status is ApprovalStatus.CONSUMED:
-            # Consumed by an earlier resume of this same operation that did not finish: an
-            # approval belongs to one call of one operation (checked below) and the claim
-            # makes resumes exclusive, so nobody else spent it. The human's decision
-            # stands until its expiry; if that attempt already ran the call, the
-            # idempotency ledger answers it instead of running the side effect again.
-            # Past the expiry it may not run, and it may have run (the ledger forgets
-            # finished keys after its retention): the operation escalates (``lapsed``).
-            approved = True
-            lapsed = now >= record.expires_at
-        elif record.status is ApprovalStatus.EXPIRED:
-            expired = True
         spec = self.registry.get(record.tool)
         bound = (
             record.operation_id == snap.operation_id
@@ -375,18 +356,49 @@ class Runner:
             and spec.schema_version == record.schema_version
             and spec.policy_revision == record.policy_revision
         )
-        if approved and not bound:
+        expired = False
+        approved = False
+        lapsed = False
+        if record.status is ApprovalStatus.CONSUMED:
+            # Consumed by an earlier resume of this same operation that did not finish: an
+            # approval belongs to one call of one operation and the claim makes resumes
+            # exclusive, so nobody else spent it. The human's decision stands while it
+            # holds; if that attempt already ran the call, the idempotency ledger answers
+            # it instead of running the side effect again. Once it no longer holds
+            # (expired, or the tool contract or policy changed) the call may not run, and
+            # it may have run (the ledger forgets finished keys after its retention): the
+            # operation escalates (``lapsed``).
+            approved = bound
+            lapsed = not bound or now >= record.expires_at
+        elif not bound:
             # The person approved this call under another tool contract or policy revision
             # (or the row is another call's): that approval does not carry over, and
-            # revalidation answers denied or unknown_tool.
-            approved = False
+            # revalidation answers denied or unknown_tool. Left as it is (never consumed:
+            # a consumed approval reads as one that authorized a run).
+            expired = record.status is ApprovalStatus.EXPIRED or (
+                record.status is not ApprovalStatus.DENIED and now >= record.expires_at
+            )
+        elif record.status in (ApprovalStatus.APPROVED, ApprovalStatus.PENDING):
+            # A pending row here is past its expiry (pass one waits otherwise): consuming it
+            # records the expiry in the store, so it is never approvable later.
+            try:
+                await store.consume_approval(record.approval_id, now=now)
+                approved = True
+            except ApprovalExpired:  # approved too late, or never decided in time
+                expired = True
+            except ApprovalAlreadyConsumed:  # consumed since pass one (as a CONSUMED row)
+                approved = True
+            # Other store errors propagate; the failed resume releases its claim, and the
+            # next resume reads the approvals again.
+        elif record.status is ApprovalStatus.EXPIRED:
+            expired = True
         return ApprovalDecision(
             approval_id=record.approval_id,
             call_id=call_id,
             args_digest=record.args_digest,
             approved=approved,
             expired=expired,
-            lapsed=lapsed and approved,
+            lapsed=lapsed,
         )
 
     @contextlib.asynccontextmanager

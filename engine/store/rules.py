@@ -137,6 +137,9 @@ def _expire(current: ApprovalRecord, now: float) -> tuple[ApprovalRecord, Approv
 def decide(
     current: ApprovalRecord, approve: bool, approver: str, reason: str | None, now: float
 ) -> tuple[ApprovalRecord, ApprovalError | None]:
+    if not isinstance(approver, str) or not approver.strip():
+        # The approval id audits who approved which action: an anonymous one audits nothing.
+        raise ConfigError(f"deciding approval {current.approval_id}: the approver must be named")
     status = current.status
     if status is ApprovalStatus.EXPIRED:
         raise ApprovalExpired(current.approval_id, status)
