@@ -22,6 +22,7 @@ import argparse
 import datetime
 import importlib
 import inspect
+import math
 import os
 import sys
 import time
@@ -366,14 +367,6 @@ async def _operations_show(args: argparse.Namespace, store: Store) -> int:
     return 0
 
 
-def _where(exc: msgspec.DecodeError) -> str:
-    # msgspec names the place (``... - at `$.calls[0]```) and may quote the value before
-    # it: show the kind of failure and the place only, never stored content.
-    kind = "not valid JSON" if type(exc) is msgspec.DecodeError else "unexpected shape"
-    _, sep, path = str(exc).rpartition(" - at ")
-    return f"{kind} at {_s(path)}" if sep else kind
-
-
 def load_registry(spec: str) -> Registry:
     """The ``Registry`` named by ``MODULE:ATTR`` (ATTR may be dotted, and may name a
     zero-argument function returning the registry). Refusals are ``CliFailure`` (status 2)."""
@@ -457,29 +450,45 @@ async def _operations_resume(args: argparse.Namespace, store: Store) -> int:
             binding_secret=secret,
             audit=None if sink is None else sink.write,
             audit_secret=audit_secret,
+            claim_stale_after=args.claim_stale_after,
         )
-        try:
-            result = await runner.resume(record.operation_id)
-        except msgspec.DecodeError as exc:  # ValidationError too: a snapshot of another shape
-            raise CliFailure(
-                f"operation {_s(record.operation_id)}: its snapshot cannot be read by this "
-                f"callgate ({_where(exc)}); nothing was resumed"
-            ) from None
+        # (A snapshot this callgate cannot read is a StoreError: one line, nothing resumed.)
+        result = await runner.resume(record.operation_id)
     finally:
         if sink is not None:
             await sink.aclose()
     if result.state is OpState.WAITING_APPROVAL:
-        pending = ", ".join(_s(a) for a in result.pending_approvals)
-        print(
-            f"operation {_s(record.operation_id)} is still waiting for approval"
-            + (f": {pending}" if pending else ""),
-            file=sys.stderr,
-        )
+        now_held = await store.get_operation(record.operation_id)
+        if now_held is not None and now_held.owner is not None:
+            # Not ours to drive: another worker's claim (alive, or dead and not yet stale).
+            print(
+                f"operation {_s(record.operation_id)} is claimed by worker "
+                f"{_s(now_held.owner)} since {_when(now_held.updated_at)}; nothing was "
+                "resumed (--claim-stale-after SECONDS takes over a claim of a dead worker)",
+                file=sys.stderr,
+            )
+        else:
+            pending = ", ".join(_s(a) for a in result.pending_approvals)
+            print(
+                f"operation {_s(record.operation_id)} is still waiting for approval"
+                + (f": {pending}" if pending else ""),
+                file=sys.stderr,
+            )
     await _print_operation(args, store, record.operation_id)
     return 0
 
 
 # --- argument parsing ---------------------------------------------------------------------
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
 
 
 def _common() -> argparse.ArgumentParser:
@@ -565,6 +574,13 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     p.add_argument("--provider", choices=PROVIDERS, help="default: the operation's own")
     p.add_argument("--model", help="default: the operation's own")
+    p.add_argument(
+        "--claim-stale-after",
+        type=_seconds,
+        metavar="SECONDS",
+        help="take over a claim its worker has not written for this long (it died); set it "
+        "above your longest drive (the Runner's claim_stale_after); default: never",
+    )
     p.add_argument(
         "--binding-secret-env",
         "--secret-env",

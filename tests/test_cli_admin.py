@@ -381,6 +381,48 @@ async def test_resume_in_a_fresh_process_executes_exactly_once(
 
 
 @pytest.mark.anyio
+async def test_resume_takes_over_a_dead_workers_claim_only_with_claim_stale_after(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'callgate.db'}"
+    effects = tmp_path / "effects.log"
+    turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)]
+    async with ReplayServer(turns) as server:
+        async with open_store(url) as store:
+            paused = await runner(server.base_url, store).start("Weather?", tenant="acme")
+            (approval_id,) = paused.pending_approvals
+            await store.decide_approval(approval_id, True, "ops", None, now=time.time())
+            # A worker claimed it to resume, a day ago, and died: the claim is all it wrote.
+            a_day_ago = time.time() - 86_400
+            claimed = await store.claim_operation(
+                paused.operation_id, "w_dead", now=a_day_ago, from_states=["waiting_approval"]
+            )
+            assert claimed is not None
+        env = cli_env(
+            CALLGATE_STORE=url,
+            OPENAI_BASE_URL=server.base_url,
+            OPENAI_API_KEY="sk-test",
+            CALLGATE_TEST_EFFECTS=str(effects),
+        )
+        resume = [
+            "operations",
+            "resume",
+            paused.operation_id,
+            "--registry",
+            "tests.cli_tools:REGISTRY",
+        ]
+        held = await _cli(*resume, env=env)
+        assert held.returncode == 0 and b"claimed by worker w_dead" in held.stderr
+        assert b"--claim-stale-after" in held.stderr and not effects.exists()
+        bad = await _cli(*resume, "--claim-stale-after", "0", env=env)
+        assert bad.returncode == 2 and b"positive number of seconds" in bad.stderr
+        taken = await _cli(*resume, "--claim-stale-after", "3600", "--json", env=env)
+        assert taken.returncode == 0, taken.stderr.decode()
+        assert json.loads(taken.stdout)["state"] == "completed"
+    assert effects.read_text().splitlines() == [f"{paused.operation_id} {NYC_CALL} New York City"]
+
+
+@pytest.mark.anyio
 async def test_resume_continues_a_keyed_audit_chain_only_with_its_secret(tmp_path: Path) -> None:
     # Started in Python with audit_secret; approved and resumed through the CLI. The
     # records the resume appends verify only when it was given the same secret.

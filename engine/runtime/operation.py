@@ -99,12 +99,17 @@ SNAPSHOT_DECODER = msgspec.json.Decoder(OperationSnapshot)
 
 def decode_snapshot(data: bytes, operation_id: str) -> OperationSnapshot:
     """The snapshot stored for ``operation_id``; one that does not decode (edited by hand,
-    written by another tool) is a ``StoreError``, never a bare decode error."""
+    written by another tool or version) is a ``StoreError``, never a bare decode error.
+    Its message names the kind of failure and the place only: msgspec's text may quote
+    the stored value (arguments, results) before the place."""
     try:
         return SNAPSHOT_DECODER.decode(data)
     except msgspec.DecodeError as exc:  # (ValidationError included)
+        kind = "not valid JSON" if type(exc) is msgspec.DecodeError else "of another shape"
+        _, sep, path = str(exc).rpartition(" - at ")
+        where = f" at {path[:200]!r}" if sep else ""
         raise StoreError(
-            f"operation {operation_id}: the stored snapshot is unreadable: {exc}"
+            f"operation {operation_id}: its stored snapshot is {kind}{where}; nothing was resumed"
         ) from None
 
 
