@@ -301,6 +301,34 @@ async def test_identical_call_without_new_information_is_not_run_again() -> None
 
 
 @pytest.mark.anyio
+async def test_an_identical_retry_after_a_timeout_runs() -> None:
+    # The timeout's envelope says "retryable": the model's identical retry is admitted.
+    attempts: list[int] = []
+
+    async def flaky(args: N, ctx: ToolContext) -> int:
+        attempts.append(args.n)
+        if len(attempts) == 1:
+            await anyio.sleep(5)  # the first attempt times out
+        return args.n
+
+    reg = Registry(
+        [ToolSpec(name="flaky", description="f", args_type=N, handler=flaky, timeout=0.2)]
+    )
+    turns = [
+        turn(P, calls=[("c1", "flaky", '{"n": 7}')]),
+        turn(P, calls=[("c2", "flaky", '{"n": 7}')]),
+        turn(P, text="done"),
+    ]
+    async with ReplayServer(turns) as server:
+        runner, _ = make_runner(P, server.base_url, reg)
+        result = await runner.start("go")
+        wire = wire_results(P, server.requests[2])
+    assert result.state is OpState.COMPLETED
+    assert [c.status for c in result.calls] == ["timeout", "ok"]
+    assert attempts == [7, 7] and wire[-1].payload == {"result": 7}
+
+
+@pytest.mark.anyio
 async def test_identical_calls_in_one_response_run_once() -> None:
     tools = Tools()
     turns = [turn(P, calls=[call(1, n=5), call(2, n=5), call(3, n=6)]), turn(P, text="done")]

@@ -241,6 +241,34 @@ def test_repeat_without_new_information_is_no_progress() -> None:
     assert execute(t, "get", "d", "r1", "c2").kind is AdmissionKind.NO_PROGRESS
 
 
+def test_an_identical_retry_after_a_failure_that_invites_it_is_admitted_up_to_the_threshold() -> (
+    None
+):
+    # A timeout or handler error tells the model to retry: that answer is nothing to act
+    # on, so the identical retry is no "no new information" refusal; duplicate_threshold
+    # still ends a tool that always fails.
+    t = tracker(duplicate_threshold=3)
+    for i in range(3):
+        turn(t)
+        admission = t.admit_call("get", "d", call_id=f"c{i}")
+        assert admission.ok, (i, admission.reason)
+        t.record_result("get", "d", "timeout-envelope", failed=True)
+    turn(t)
+    last = t.admit_call("get", "d", call_id="c3")
+    assert last.kind is AdmissionKind.NO_PROGRESS and "3 times" in last.reason
+
+
+def test_a_success_after_a_retried_failure_is_the_information_again() -> None:
+    t = tracker()
+    turn(t)
+    assert t.admit_call("get", "d", call_id="c1").ok
+    t.record_result("get", "d", "timeout-envelope", failed=True)
+    turn(t)
+    assert execute(t, "get", "d", "r1", "c2").ok  # the retry ran, and answered
+    turn(t)
+    assert execute(t, "get", "d", "r1", "c3").kind is AdmissionKind.NO_PROGRESS
+
+
 def test_a_non_duplicate_call_in_a_later_turn_is_new_information() -> None:
     t = tracker()
     turn(t)

@@ -80,8 +80,10 @@ class Budgets(msgspec.Struct, frozen=True, kw_only=True):
     # 64 KiB (≈16k tokens) is already a heavy context; a tool may set a lower limit.
     max_result_bytes: int = 64 * 1024
     # Executions of one identical call (tool + canonical arguments) per operation, even
-    # with new information in between. Three allows a short poll; a longer poll should
-    # carry a cursor or attempt number in its arguments.
+    # with new information in between (or after a timeout or handler error, which invite
+    # a retry). Three allows a retry or two; an identical call with nothing new since its
+    # last result is refused before that (no_progress), so a poll should carry a cursor or
+    # attempt number in its arguments.
     duplicate_threshold: int = 3
     # Consecutive futile turns (every call a duplicate_call or no_progress, or refused
     # exactly as the same call was in an earlier turn) before the operation is
@@ -202,6 +204,10 @@ class _Execution(msgspec.Struct, kw_only=True):
     turn: int  # the turn whose results included this call's latest execution
     result_digest: str
     count: int
+    # The latest execution failed in a way the model was told to retry (a timeout, a
+    # handler error): that answer is no information to act on, so an identical retry is
+    # not refused for lack of new information (duplicate_threshold still bounds it).
+    failed: bool = False
 
 
 class _Admitted(msgspec.Struct, frozen=True, kw_only=True):
@@ -432,7 +438,7 @@ class BudgetTracker:
                     kind=AdmissionKind.NO_PROGRESS,
                     reason=f"identical call already executed {previous.count} times",
                 )
-            if s.last_informative_turn <= previous.turn:
+            if s.last_informative_turn <= previous.turn and not previous.failed:
                 return Admission(
                     kind=AdmissionKind.NO_PROGRESS,
                     reason="identical call already executed; no new information since",
@@ -452,16 +458,25 @@ class BudgetTracker:
             used=f"{s.tool_calls} (+{s.calls_refused_for_budget} refused)",
         )
 
-    def record_result(self, tool: str, canonical_args_digest: str, result_digest: str) -> None:
+    def record_result(
+        self,
+        tool: str,
+        canonical_args_digest: str,
+        result_digest: str,
+        *,
+        failed: bool = False,
+    ) -> None:
         """Record that an admitted call was executed (whatever its outcome: ok, timeout,
         handler_error, outcome_unknown) and the digest of its result. Rejected calls are
-        not recorded: they did not run."""
+        not recorded: they did not run. ``failed``: the result is an error the model may
+        retry (timeout, handler_error); the identical retry is then no ``no_progress``
+        for lack of new information, only for ``duplicate_threshold``."""
         s = self._s
         by_digest = s.executions.setdefault(tool, {})
         previous = by_digest.get(canonical_args_digest)
         if previous is None:
             by_digest[canonical_args_digest] = _Execution(
-                turn=s.turns, result_digest=result_digest, count=1
+                turn=s.turns, result_digest=result_digest, count=1, failed=failed
             )
             informative = True
         else:
@@ -469,6 +484,7 @@ class BudgetTracker:
             previous.turn = s.turns
             previous.result_digest = result_digest
             previous.count += 1
+            previous.failed = failed
         if informative:
             s.last_informative_turn = s.turns
 

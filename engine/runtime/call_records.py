@@ -16,6 +16,7 @@ import msgspec
 
 from callgate.engine.core.audit import AuditChain, Token, parse_path
 from callgate.engine.core.canonical import canonical_json, digests_equal, hmac_fields, sha256_hex
+from callgate.engine.core.envelope import ErrorCode
 from callgate.engine.core.errors import ConfigError
 from callgate.engine.core.outcome import ProposedCall, TurnOutcome
 from callgate.engine.core.registry import ToolSpec
@@ -31,6 +32,7 @@ __all__ = [
     "bindable_arguments",
     "echoed_turn",
     "has_canonical_form",
+    "invites_retry",
     "lapsed_reason",
     "sensitive_paths",
     "trusted_key",
@@ -171,3 +173,12 @@ def echoed_turn(outcome: TurnOutcome) -> TurnOutcome:
     if len(calls) == len(outcome.calls):
         return outcome
     return msgspec.structs.replace(outcome, calls=tuple(calls))
+
+
+# Results whose envelope invites the model to retry the identical call (see
+# ``BudgetTracker.record_result``): a timeout, a handler error.
+_RETRY_INVITED = frozenset({ErrorCode.TIMEOUT.value, ErrorCode.HANDLER_ERROR.value})
+
+
+def invites_retry(status: str) -> bool:
+    return status in _RETRY_INVITED

@@ -55,6 +55,7 @@ from .call_records import (
     bindable_arguments,
     echoed_turn,
     has_canonical_form,
+    invites_retry,
     lapsed_reason,
     sensitive_paths,
     trusted_key,
@@ -366,9 +367,9 @@ class OperationDrive:
                     # An unknown outcome carries no information and must stay retryable:
                     # the model's retry (same intent, new call id) is the recovery path,
                     # reconciled by idempotency key, so it is no duplicate.
-                    self.tracker.record_result(
-                        res.tool, res.args_digest, sha256_hex(canonical_json(res.model_result))
-                    )
+                    digest = sha256_hex(canonical_json(res.model_result))
+                    failed = invites_retry(res.status)
+                    self.tracker.record_result(res.tool, res.args_digest, digest, failed=failed)
                 await self.record(
                     "executed",
                     call=res.call,
