@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
+from callgate.adapters.render import RenderCall, render_turn
 from callgate.engine import Limits, OutcomeKind, decode
 
-from .conftest import chunkings
+from .conftest import FAMILIES, chunkings
 
 MiB = 1024 * 1024
 
@@ -235,3 +236,18 @@ def test_open_interaction_steps_count_against_the_continuation_bytes() -> None:
         assert failed.stop_reason == "limit exceeded: max_continuation_bytes=4000"
         held = decode("gemini_interactions", chunks, Limits(max_continuation_bytes=20000))
         assert held.kind is OutcomeKind.TRUNCATED
+
+
+@pytest.mark.parametrize("provider", FAMILIES)
+@pytest.mark.parametrize("bad", ["\x00", "\n", "\x1f", "\x7f"])
+def test_a_call_id_with_a_control_character_fails_the_turn(provider: str, bad: str) -> None:
+    # An id travels back to the provider and into the stores (PostgreSQL text holds no
+    # NUL): the same stream must not complete on one backend and escalate on another.
+    call = RenderCall(f"call_{bad}x", "get_weather", '{"city":"Paris"}')
+    body = render_turn(provider, calls=[call])
+    fine = render_turn(provider, calls=[RenderCall("call_x", "get_weather", '{"city":"Paris"}')])
+    assert decode(provider, [fine]).kind is OutcomeKind.TOOL_PROPOSALS
+    for how, chunks in chunkings(body):
+        out = decode(provider, chunks)
+        assert out.kind is OutcomeKind.FAILED, how
+        assert "control character" in out.stop_reason and out.calls == ()

@@ -38,6 +38,7 @@ from callgate.engine.store import (
     SQLiteStore,
     Store,
     StoreBusy,
+    StoreUnavailable,
     open_store,
 )
 
@@ -99,6 +100,29 @@ async def test_operation_create_get_list_and_duplicate(store: Store) -> None:
     assert [o.operation_id for o in await store.list_operations()] == ["op-0", "op-1"]
     assert [o.operation_id for o in await store.list_operations("COMPLETED")] == ["op-0"]
     assert len(await store.list_operations(limit=1)) == 1
+
+
+@pytest.mark.parametrize(
+    "store_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+async def test_a_value_postgresql_cannot_hold_is_a_store_error_not_unavailable(
+    store: Store,
+) -> None:
+    # PostgreSQL text holds no NUL: no retry helps, and StoreUnavailable would invite one.
+    with pytest.raises(StoreError, match="refused a value") as caught:
+        await store.create_operation(op("op-\x00"))
+    assert not isinstance(caught.value, StoreUnavailable)
+
+
+@all_backends
+@pytest.mark.parametrize("limit", [0, -1, True, 1.5])
+async def test_a_listing_limit_must_be_a_positive_int(store: Store, limit: Any) -> None:
+    # A negative limit meant all rows (SQLite), all but the last (memory), an error (PG).
+    await store.create_operation(op())
+    with pytest.raises(ConfigError, match="limit"):
+        await store.list_operations(limit=limit)
+    with pytest.raises(ConfigError, match="limit"):
+        await store.list_approvals(limit=limit)
 
 
 @all_backends

@@ -23,6 +23,7 @@ the text). Joining and parsing wait until the calls are read, after the stream's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -44,6 +45,9 @@ _COMPACT = 4096
 _SLICE = 1 << 16
 _SURROGATE = "arguments contain a lone surrogate"
 # Call indexes a stream may use: what a signed 64-bit JSON integer holds.
+# A call id travels back to the provider and into the stores (PostgreSQL text holds no
+# NUL): no provider issues one with a control character, so such an id is bad input.
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 _MIN_INDEX = -(1 << 63)
 _MAX_INDEX = (1 << 63) - 1
 # A done event's literal up to this size is decoded whole (cheaper than slicing).
@@ -217,6 +221,8 @@ class CallAccumulator:
             raise StreamProtocolError(f"call index {index} out of range")
         if index in self._calls:
             raise StreamProtocolError(f"call index {index} started twice")
+        if call_id is not None and _CONTROL.search(call_id):
+            raise StreamProtocolError(f"call {index}: its id holds a control character")
         if len(self._calls) >= self._limits.max_calls_per_response:
             raise LimitExceeded("max_calls_per_response", self._limits.max_calls_per_response)
         call = _Call(index, name, call_id, item_id, min(self._max_call, _COMPACT))

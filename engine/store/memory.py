@@ -72,6 +72,7 @@ class MemoryStore(rules.LedgerMoves, Store):
         self, state: str | None = None, limit: int = 100
     ) -> list[OperationRecord]:
         await self._enter()
+        limit = rules.check_limit(limit)
         rows = [r for r in self._operations.values() if state is None or r.state == state]
         rows.sort(key=lambda r: (r.created_at, r.operation_id))
         return rows[:limit]
@@ -129,6 +130,7 @@ class MemoryStore(rules.LedgerMoves, Store):
         limit: int = 100,
     ) -> list[ApprovalRecord]:
         await self._enter()
+        limit = rules.check_limit(limit)
         rows = [
             r
             for r in self._approvals.values()

@@ -184,6 +184,10 @@ class PostgresStore(rules.LedgerMoves, Store):
                         return await fn(conn)
             except retryable:
                 await anyio.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
+            except asyncpg.DataError as exc:
+                # A value PostgreSQL cannot hold (SQLSTATE class 22): no retry helps, and
+                # "unavailable" would invite one.
+                raise StoreError(f"PostgreSQL refused a value: {exc}") from exc
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 raise StoreUnavailable(f"PostgreSQL error: {exc}") from exc
         raise StoreUnavailable(f"PostgreSQL kept aborting after {self._max_attempts} attempts")
@@ -218,6 +222,7 @@ class PostgresStore(rules.LedgerMoves, Store):
     async def list_operations(
         self, state: str | None = None, limit: int = 100
     ) -> list[OperationRecord]:
+        limit = rules.check_limit(limit)
         if state is None:
             sql = f"SELECT {_OP_COLS} FROM operations ORDER BY created_at, operation_id LIMIT $1"
             args: tuple[Any, ...] = (limit,)
@@ -288,7 +293,7 @@ class PostgresStore(rules.LedgerMoves, Store):
         limit: int = 100,
     ) -> list[ApprovalRecord]:
         clauses: list[str] = []
-        args: list[Any] = [limit]
+        args: list[Any] = [rules.check_limit(limit)]
         if status is not None:
             args.append(status.value)
             clauses.append(f"status = ${len(args)}")

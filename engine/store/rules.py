@@ -63,6 +63,14 @@ FINISHED = frozenset({LedgerState.SUCCEEDED, LedgerState.FAILED})
 
 
 # -- operations ----------------------------------------------------------------------------
+def check_limit(limit: object) -> int:
+    """A listing's row limit: a positive int (a negative one meant three things in three
+    backends: all rows, all but the last, an error)."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ConfigError(f"a listing's limit must be a positive int, not {limit!r}")
+    return limit
+
+
 def new_operation(record: OperationRecord) -> OperationRecord:
     return replace(record, version=1)
 

@@ -286,6 +286,7 @@ class SQLiteStore(rules.LedgerMoves, Store):
     async def list_operations(
         self, state: str | None = None, limit: int = 100
     ) -> list[OperationRecord]:
+        limit = rules.check_limit(limit)
         where, args = ("WHERE state = ?", [state]) if state is not None else ("", [])
         sql = f"SELECT {_OP_COLS} FROM operations {where} ORDER BY created_at, operation_id LIMIT ?"
         rows = await self._read(lambda conn: conn.execute(sql, [*args, limit]).fetchall())
@@ -344,6 +345,7 @@ class SQLiteStore(rules.LedgerMoves, Store):
         operation_id: str | None = None,
         limit: int = 100,
     ) -> list[ApprovalRecord]:
+        limit = rules.check_limit(limit)
         clauses: list[str] = []
         args: list[object] = []
         if status is not None:
