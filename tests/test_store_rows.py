@@ -21,6 +21,7 @@ from callgate.engine.store.base import (
     LedgerState,
     OperationRecord,
 )
+from callgate.engine.store.errors import DuplicateRecord
 from callgate.engine.store.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -134,3 +135,22 @@ def test_a_snapshot_that_does_not_decode_is_a_store_error() -> None:
         decode_snapshot(b'{"operation_id": 5}', "op1")
     with pytest.raises(StoreError, match="op1"):
         decode_snapshot(b"not json", "op1")
+
+
+async def test_a_constraint_other_than_the_key_is_not_reported_as_a_duplicate(
+    tmp_path: Path,
+) -> None:
+    async with SQLiteStore(tmp_path / "db") as store:
+        nan_time = OperationRecord(
+            operation_id="op2",
+            tenant="t",
+            subject="s",
+            state="model_requested",
+            snapshot=SNAPSHOT,
+            created_at=float("nan"),  # SQLite stores NaN as NULL: NOT NULL fails
+            updated_at=NOW,
+        )
+        with pytest.raises(StoreError, match="NOT NULL") as caught:
+            await store.create_operation(nan_time)
+        assert not isinstance(caught.value, DuplicateRecord)
+        assert await store.get_operation("op2") is None

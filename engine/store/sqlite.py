@@ -274,8 +274,8 @@ class SQLiteStore(rules.LedgerMoves, Store):
         def body(conn: sqlite3.Connection) -> OperationRecord:
             try:
                 conn.execute(_OP_INSERT, operation_values(row))
-            except sqlite3.IntegrityError:
-                raise DuplicateRecord(f"operation {row.operation_id!r} exists") from None
+            except sqlite3.IntegrityError as exc:
+                raise _insert_error(exc, f"operation {row.operation_id!r}") from None
             return row
 
         return await self._write(body)
@@ -329,8 +329,8 @@ class SQLiteStore(rules.LedgerMoves, Store):
         def body(conn: sqlite3.Connection) -> ApprovalRecord:
             try:
                 conn.execute(_AP_INSERT, approval_values(record))
-            except sqlite3.IntegrityError:
-                raise DuplicateRecord(f"approval {record.approval_id!r} exists") from None
+            except sqlite3.IntegrityError as exc:
+                raise _insert_error(exc, f"approval {record.approval_id!r}") from None
             return record
 
         return await self._write(body)
@@ -484,3 +484,14 @@ def _get_ledger(conn: sqlite3.Connection, tenant: str, key: str) -> LedgerRecord
 
 def _update_ledger(conn: sqlite3.Connection, new: LedgerRecord) -> None:
     conn.execute(_LG_UPDATE, (*ledger_values(new)[2:], new.tenant, new.key))
+
+
+def _insert_error(exc: sqlite3.IntegrityError, what: str) -> StoreError:
+    """A duplicate key is ``DuplicateRecord``; any other constraint (NOT NULL: a NaN time,
+    which SQLite stores as NULL; a CHECK) names itself instead of claiming a duplicate."""
+    if getattr(exc, "sqlite_errorname", "") in (
+        "SQLITE_CONSTRAINT_PRIMARYKEY",
+        "SQLITE_CONSTRAINT_UNIQUE",
+    ):
+        return DuplicateRecord(f"{what} exists")
+    return StoreError(f"{what}: a value the store refuses ({exc})")
