@@ -45,6 +45,8 @@ _OPEN_OBJECT, _OPEN_ARRAY, _QUOTE = b'{["'
 # Containers nested deeper than this (rare in tool arguments) take the one decode.
 _PIECEWISE_DEPTH = 6
 _CONTAINERS = (dict, list)
+# The exact types of JSON's scalars as decoded (a member of any other type is walked).
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 _BLANK = b" \t\n\r"  # JSON's whitespace (bytes.strip() would also take VT and FF)
 
 
@@ -219,8 +221,21 @@ def _check_structure(root: dict[str, Any], raw: bytes, max_depth: int) -> None:
     """
     if max_depth < 1:
         raise ArgumentsRejected(f"arguments nest deeper than {max_depth} levels")
-    # The top level first, without a stack: most argument objects are flat.
     keys = len(root)
+    # Most argument objects are flat (no member is a container): one C-level pass over
+    # the members' exact types settles the depth, and the keys are the top level's.
+    # (Decoded JSON holds exact dict/list; anything else takes the walk.)
+    if not _SCALARS.issuperset(map(type, root.values())):
+        keys += _nested_keys(root, max_depth)
+    if _colons_at_most(raw, keys):
+        return
+    _count_members(root, raw, keys)
+
+
+def _nested_keys(root: dict[str, Any], max_depth: int) -> int:
+    """The keys of the objects below ``root``; raises past the depth cap."""
+    keys = 0
+    # The top level first, without a stack.
     stack: list[tuple[Any, int]] = []
     for item in root.values():
         if isinstance(item, _CONTAINERS):
@@ -237,8 +252,12 @@ def _check_structure(root: dict[str, Any], raw: bytes, max_depth: int) -> None:
         for item in items:
             if isinstance(item, _CONTAINERS):
                 stack.append((item, depth + 1))
-    if _colons_at_most(raw, keys):
-        return
+    return keys
+
+
+def _count_members(root: dict[str, Any], raw: bytes, keys: int) -> None:
+    """``raw`` holds more colons than keys: subtract those inside strings (see
+    ``_check_structure``) and compare the members with the keys."""
     string_colons = 0
     nodes: list[Any] = [root]
     while nodes:

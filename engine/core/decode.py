@@ -317,7 +317,7 @@ class StreamDecoder:
         # The events that are nearly every event of a long stream skip the generic
         # dispatch (exact type tests: subclasses go the generic way).
         fragment, fragments = calls.fragment, calls.fragments
-        on_text, apply = turn._on_text, turn.apply
+        on_text, handlers = turn._on_text, _HANDLERS
         applied = 0
         try:
             for event in batch:
@@ -328,7 +328,7 @@ class StreamDecoder:
                 elif type(event) is TextDelta:
                     on_text(event)
                 else:
-                    apply(event)
+                    handlers[type(event)](turn, event)  # what ``turn.apply`` does
                 applied += 1
         finally:
             if out is not None:  # the events applied (all of them, or up to the failing one)
