@@ -457,7 +457,7 @@ async def _operations_resume(args: argparse.Namespace, store: Store) -> int:
     finally:
         if sink is not None:
             await sink.aclose()
-    if result.state is OpState.WAITING_APPROVAL:
+    if result.state not in TERMINAL:
         now_held = await store.get_operation(record.operation_id)
         if now_held is not None and now_held.owner is not None:
             # Not ours to drive: another worker's claim (alive, or dead and not yet stale).
@@ -467,7 +467,7 @@ async def _operations_resume(args: argparse.Namespace, store: Store) -> int:
                 "resumed (--claim-stale-after SECONDS takes over a claim of a dead worker)",
                 file=sys.stderr,
             )
-        else:
+        elif result.state is OpState.WAITING_APPROVAL:
             pending = ", ".join(_s(a) for a in result.pending_approvals)
             print(
                 f"operation {_s(record.operation_id)} is still waiting for approval"

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from callgate.engine.core.registry import Registry, RiskClass, ToolContext, ToolSpec
+from callgate.engine.core.registry import Decision, Registry, RiskClass, ToolContext, ToolSpec
 from callgate.engine.core.states import OpInput, OpState
 from callgate.engine.runtime.loop import Runner
 from callgate.engine.runtime.progress import ProgressEvent, StateChanged
@@ -48,7 +48,7 @@ class Clock:
         return self.t
 
 
-def _registry(ran: list[str]) -> Registry:
+def _registry(ran: list[str], refund_policy: Any = None) -> Registry:
     def refund(args: OrderArgs, ctx: ToolContext) -> dict[str, object]:
         ran.append(f"refund {args.order_id}")
         return {"refunded": True}
@@ -65,6 +65,7 @@ def _registry(ran: list[str]) -> Registry:
                 args_type=OrderArgs,
                 handler=refund,
                 risk=RiskClass.IRREVERSIBLE,
+                policy=refund_policy,
             ),
             ToolSpec(
                 name="get_order",
@@ -176,3 +177,48 @@ async def test_a_resume_that_pauses_again_asks_again_for_what_it_consumed(tmp_pa
         ("c_refund", "approval_expired"),
     ]
     assert ran == []
+
+
+async def test_a_consumed_approval_of_a_call_refused_at_a_repause_is_dropped(
+    tmp_path: Path,
+) -> None:
+    # The resume that pauses again finished: the refund its policy refuses now ran
+    # nothing, so its spent approval must not read, later, as one an unfinished resume
+    # consumed (that would escalate an operation in which nothing ran).
+    ran: list[str] = []
+    frozen = [False]
+
+    def refund_policy(ctx: Any, args: Any) -> Decision | bool:
+        return Decision(allowed=False, reason="refunds frozen") if frozen[0] else True
+
+    base, clock = _registry(ran, refund_policy), Clock()
+    gated = Registry(
+        [base.get("refund"), dataclasses.replace(base.get("get_order"), approval=True)]
+    )
+    calls = [
+        ("c_refund", "refund", '{"order_id":"A"}'),
+        ("c_read", "get_order", '{"order_id":"A"}'),
+    ]
+    async with (
+        ReplayServer([turn(P, calls=calls), turn(P, text="Done.")]) as server,
+        SQLiteStore(tmp_path / "db") as store,
+    ):
+        paused = await _runner(server, base, store, clock=clock).start("Refund A")
+        (first,) = paused.pending_approvals
+        await store.decide_approval(first, True, "alice", "ok", now=T0 + 60)
+        frozen[0] = True
+        clock.t = T0 + 3000
+        again = await _runner(server, gated, store, clock=clock).resume(paused.operation_id)
+        assert again.state is OpState.WAITING_APPROVAL
+        (read_approval,) = again.pending_approvals  # only what a person can still decide
+        record = await store.get_approval(read_approval)
+        assert record is not None and record.tool == "get_order"
+        await store.decide_approval(read_approval, True, "bob", "ok", now=T0 + 5000)
+        clock.t = T0 + 5000  # the refund's approval has expired; the new one holds
+        done = await _runner(server, gated, store, clock=clock).resume(paused.operation_id)
+    assert done.state is OpState.COMPLETED, done.stop
+    assert sorted((c.call_id, c.status) for c in done.calls) == [
+        ("c_read", "ok"),
+        ("c_refund", "denied"),
+    ]
+    assert ran == ["get_order A"]

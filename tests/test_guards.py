@@ -20,7 +20,7 @@ from callgate.engine.core.guards import (
     BudgetTracker,
     ExhaustedBudget,
 )
-from callgate.engine.core.outcome import Usage
+from callgate.engine.core.outcome import Usage, token_sum
 from callgate.engine.core.states import TRANSITIONS, OpInput, OpState
 
 NOW = 1000.0
@@ -63,6 +63,10 @@ def test_default_budgets_are_valid_and_bounded() -> None:
         {"max_turns": 2.5},
         {"deadline_seconds": 0},
         {"deadline_seconds": -1.0},
+        # Kept with the operation as JSON, which has no inf: it could never be resumed.
+        {"deadline_seconds": float("inf")},
+        {"deadline_seconds": float("nan")},
+        {"deadline_seconds": True},
         {"max_cost": Decimal("-0.01")},
         {"prices": {"m": (Decimal(1),)}},
         {"prices": {"m": (Decimal(1), Decimal(-1))}},
@@ -460,3 +464,12 @@ def test_a_negative_usage_count_never_refunds_the_token_and_cost_budgets() -> No
         assert spent is not None and spent.budget == budget
     kept = tokens.snapshot(NOW)
     assert kept["output_tokens"] == 110 and kept["input_tokens"] == 0
+
+
+def test_a_negative_part_never_cancels_the_others_in_a_sum() -> None:
+    # Anthropic's billed input is input + cache read + cache write: a negative cache count
+    # must not turn a million input tokens into none.
+    assert token_sum(1_000_000, -1_000_000, None) == 1_000_000
+    assert token_sum(None, None) is None and token_sum(-5) == 0
+    plus = Usage(input_tokens=10).plus(Usage(input_tokens=-10, output_tokens=-1))
+    assert (plus.input_tokens, plus.output_tokens) == (10, 0)

@@ -103,7 +103,12 @@ async def test_a_resume_by_a_runner_with_defaults_keeps_the_operations_settings(
 ) -> None:
     ran: list[str] = []
     reg = _registry(ran)
-    settings = {"budgets": Budgets(max_turns=2), "system": RULES, "max_tokens": 77}
+    settings = {
+        "budgets": Budgets(max_turns=2),
+        "system": RULES,
+        "max_tokens": 77,
+        "approval_ttl": 86_400.0,
+    }
     async with ReplayServer(_turns()) as server, SQLiteStore(tmp_path / "db") as store:
         op_id = await _approved(server, reg, store, **settings)
         done = await _runner(server, reg, store).resume(op_id)  # knows none of them
@@ -134,3 +139,22 @@ async def test_a_snapshot_from_before_settings_were_kept_resumes_under_the_runne
         assert _sent(server, 1) == (True, 77)
     assert done.state is OpState.COMPLETED
     assert ran == ["refund A1", "get_order A1", "get_order A2"]
+
+
+async def test_approvals_a_resume_requests_keep_the_operations_approval_ttl(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+    reg = _registry(ran)
+    turns = [
+        turn(P, calls=[("c1", "refund", '{"order_id":"A1"}')]),
+        turn(P, calls=[("c2", "refund", '{"order_id":"A2"}')]),  # needs approval again
+    ]
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        op_id = await _approved(server, reg, store, approval_ttl=86_400.0)
+        again = await _runner(server, reg, store).resume(op_id)  # its own TTL: the default
+        (approval_id,) = again.pending_approvals
+        record = await store.get_approval(approval_id)
+    assert record is not None
+    assert record.expires_at - record.created_at == 86_400.0
+    assert ran == ["refund A1"]

@@ -511,11 +511,14 @@ async def test_a_write_whose_value_is_not_json_tells_the_model_it_ran(tmp_path: 
         result = await runner(server.base_url, reg, store).start("Mail and look up")
         first = wire_results(P, server.requests[1])
         second = wire_results(P, server.requests[2])
-    assert result.state is OpState.COMPLETED
+    # The repeat is answered by the ledger, which knows no more than "it ran": the
+    # outcome stays unknown (a replay settles nothing), so the answer is no success.
+    assert result.state is OpState.ESCALATED and result.stop is not None
+    assert result.stop.input is OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
     assert [(c.call_id, c.status) for c in result.calls] == [
         ("c_mail", "outcome_unknown"),
         ("c_get", "handler_error"),
-        ("c_mail2", "replayed"),
+        ("c_mail2", "outcome_unknown"),
     ]
     mail, get = (r.payload["error"] for r in first)
     assert mail["code"] == "outcome_unknown"

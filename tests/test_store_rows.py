@@ -133,6 +133,14 @@ async def test_json_columns_written_as_text_read_as_their_bytes(tmp_path: Path) 
 def test_a_snapshot_that_does_not_decode_is_a_store_error() -> None:
     with pytest.raises(StoreError, match="op1"):
         decode_snapshot(b'{"operation_id": 5}', "op1")
+    # A value a stored type's own checks refuse (Budgets.__post_init__: ConfigError).
+    refused = (
+        b'{"operation_id":"op1","tenant":"t","subject":"s","roles":[],"provider":"p",'
+        b'"model":"m","state":"waiting_approval","messages":[],'
+        b'"settings":{"budgets":{"max_cost":"NaN"}}}'
+    )
+    with pytest.raises(StoreError, match="refused value"):
+        decode_snapshot(refused, "op1")
     with pytest.raises(StoreError, match="op1"):
         decode_snapshot(b"not json", "op1")
 

@@ -15,6 +15,7 @@ another process. This module never reads a clock and never awaits.
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Mapping
 from decimal import Decimal
@@ -105,8 +106,14 @@ class Budgets(msgspec.Struct, frozen=True, kw_only=True):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"Budgets.{name} must be a positive int, got {value!r}")
-        if not isinstance(self.deadline_seconds, int | float) or not self.deadline_seconds > 0:
-            raise ConfigError("Budgets.deadline_seconds must be > 0")
+        deadline = self.deadline_seconds
+        if (
+            not isinstance(deadline, int | float)
+            or isinstance(deadline, bool)
+            or not (math.isfinite(deadline) and deadline > 0)
+        ):
+            # Finite: the budgets are kept with the operation as JSON, which has no inf.
+            raise ConfigError("Budgets.deadline_seconds must be a finite number > 0")
         if self.max_cost is not None and not (
             _is_amount(self.max_cost) and _dec(self.max_cost) >= 0
         ):

@@ -74,14 +74,14 @@ def _pick(new: int | None, old: int | None) -> int | None:
 
 
 def _add(a: int | None, b: int | None) -> int | None:
-    if a is None:
-        return b
-    return a if b is None else a + b
+    return token_sum(a, b)
 
 
 def token_sum(*counts: int | None) -> int | None:
-    """The counts a provider reports apart, added up; None when it reported none."""
-    present = [c for c in counts if c is not None]
+    """The counts a provider reports apart, added up; None when it reported none. A
+    negative count (bad provider input) adds 0: it must not cancel the others (the
+    budgets would let a turn of a million input tokens through as none)."""
+    present = [c if c > 0 else 0 for c in counts if c is not None]
     return sum(present) if present else None
 
 

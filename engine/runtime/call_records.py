@@ -137,11 +137,21 @@ def audit_digests(
     return out
 
 
-def approvals_to_request(verdicts: list[Verdict]) -> list[NeedsApproval]:
+def approvals_to_request(
+    verdicts: list[Verdict],
+    decisions: Mapping[str, ApprovalDecision] | None,
+    approvals: dict[str, str],
+) -> list[NeedsApproval]:
     """The calls a pausing turn asks a person about. A resumed turn that pauses again (a
     call needs approval now) runs nothing, so the approvals its resume consumed
     authorized nothing: their calls are asked for again, never run later on an approval
-    past its expiry."""
+    past its expiry, and a consumed one whose call is refused now (a policy denies it)
+    is dropped from ``approvals`` (call id -> approval id, the paused turn's): the next
+    resume revalidates that call afresh instead of finding a spent approval. Denied and
+    expired decisions stay: a person's "no" holds whatever the rules say later."""
+    for decision in (decisions or {}).values():
+        if decision.approved:
+            approvals.pop(decision.call_id, None)
     return [
         v
         if isinstance(v, NeedsApproval)
@@ -180,5 +190,8 @@ def echoed_turn(outcome: TurnOutcome) -> TurnOutcome:
 _RETRY_INVITED = frozenset({ErrorCode.TIMEOUT.value, ErrorCode.HANDLER_ERROR.value})
 
 
-def invites_retry(status: str) -> bool:
-    return status in _RETRY_INVITED
+def invites_retry(status: str, spec: ToolSpec | None) -> bool:
+    """Whether the identical call may run again after this result: a read's timeout or
+    handler error. A side effect's failure is final (the ledger replays it to any retry
+    under its key; a write's timeout is ``outcome_unknown``, reconciled instead)."""
+    return status in _RETRY_INVITED and spec is not None and not spec.is_side_effect

@@ -281,7 +281,12 @@ async def _run_limited(
         if isinstance(decision, Replay):
             stored = msgspec.json.decode(decision.result) if decision.result else None
             if isinstance(stored, dict):
-                return done(stored, "replayed", ran=False, detail="idempotency replay")
+                # A replayed "outcome unknown" (the handler ran, its value could not go
+                # back) tells nothing new about the effect: it stays unknown, never a
+                # replay that would settle it.
+                unknown = _code_of(stored) == ErrorCode.OUTCOME_UNKNOWN.value
+                status = ErrorCode.OUTCOME_UNKNOWN.value if unknown else "replayed"
+                return done(stored, status, ran=False, detail="idempotency replay")
             return done(_envelope(ErrorCode.HANDLER_ERROR), "handler_error", ran=False)
         if isinstance(decision, Conflict):
             code = ErrorCode.IDEMPOTENCY_CONFLICT
@@ -373,6 +378,11 @@ async def _run_limited(
             now=ctx.clock(),
         )
     return done(model_result, status, ran=True, detail=detail)
+
+
+def _code_of(model_result: dict[str, Any]) -> object:
+    error = model_result.get("error")
+    return error.get("code") if isinstance(error, dict) and len(model_result) == 1 else None
 
 
 def _cancel_requested() -> bool:

@@ -74,8 +74,8 @@ class Runner:
     """Drives operations for one provider/model/registry. Reusable and concurrency-safe
     across operations; each ``start``/``resume`` call drives one operation.
 
-    ``budgets``, ``system`` and ``max_tokens`` are the operation's from its ``start``:
-    kept with it (``RunSettings``), they hold whichever runner resumes it.
+    ``budgets``, ``system``, ``max_tokens`` and ``approval_ttl`` are the operation's from
+    its ``start``: kept with it (``RunSettings``), they hold whichever runner resumes it.
 
     ``claim_stale_after`` (seconds, default None): lets ``resume`` take over an operation
     still claimed by a worker that has not written it for that long — one that died
@@ -192,9 +192,7 @@ class Runner:
             state=OpState.MODEL_REQUESTED,
             messages=list(self._adapter.initial_messages(prompt)),
             tracker=BudgetTracker(self.budgets, now=now).snapshot(now),
-            settings=RunSettings(
-                budgets=self.budgets, system=self._system, max_tokens=self._max_tokens
-            ),
+            settings=self._settings(),
         )
         if self.store is None:
             return await self._drive(snap, None)
@@ -279,9 +277,7 @@ class Runner:
         marks: DriveMarks | None = None,
     ) -> OperationResult:
         now = self._clock()
-        settings = snap.settings or RunSettings(
-            budgets=self.budgets, system=self._system, max_tokens=self._max_tokens
-        )
+        settings = snap.settings or self._settings()
         tracker = BudgetTracker.restore(settings.budgets, snap.tracker, now=now)
         audit = AuditChain(
             secret=self._audit_secret, start_seq=snap.audit_seq, prev_digest=snap.audit_head
@@ -553,6 +549,14 @@ class Runner:
             fencing_token=token,
         )
 
+    def _settings(self) -> RunSettings:
+        return RunSettings(
+            budgets=self.budgets,
+            system=self._system,
+            max_tokens=self._max_tokens,
+            approval_ttl=self._approval_ttl,
+        )
+
     def _need_store(self) -> Store:
         if self.store is None:
             raise ConfigError("this needs a store (approvals and resume are persisted)")
@@ -560,7 +564,9 @@ class Runner:
 
     @staticmethod
     def _result(snap: OperationSnapshot) -> OperationResult:
-        pending = tuple(snap.approvals.values()) if snap.state is OpState.WAITING_APPROVAL else ()
+        pending: tuple[str, ...] = ()
+        if snap.state is OpState.WAITING_APPROVAL:
+            pending = tuple(snap.approvals.values() if snap.pending is None else snap.pending)
         return OperationResult(
             operation_id=snap.operation_id,
             state=snap.state,

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from callgate.engine.core.audit import GENESIS
-from callgate.engine.core.errors import StoreError
+from callgate.engine.core.errors import ConfigError, StoreError
 from callgate.engine.core.guards import Budgets
 from callgate.engine.core.outcome import TurnOutcome
 from callgate.engine.core.states import (
@@ -53,6 +53,7 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
     budgets: Budgets
     system: str | None = None
     max_tokens: int | None = None
+    approval_ttl: float | None = None  # None only in snapshots written before it was kept
 
 
 class OperationSnapshot(msgspec.Struct, kw_only=True):
@@ -76,6 +77,9 @@ class OperationSnapshot(msgspec.Struct, kw_only=True):
     audit_seq: int = 0
     audit_head: str = GENESIS
     settings: RunSettings | None = None
+    # The approval ids requested at the latest pause (None in older snapshots): what a
+    # person must decide, not the spent or decided ones ``approvals`` still maps.
+    pending: list[str] | None = None
 
 
 class OperationResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +108,11 @@ def decode_snapshot(data: bytes, operation_id: str) -> OperationSnapshot:
     the stored value (arguments, results) before the place."""
     try:
         return SNAPSHOT_DECODER.decode(data)
+    except ConfigError as exc:  # a stored value its type refuses (Budgets' own checks)
+        raise StoreError(
+            f"operation {operation_id}: its stored snapshot holds a refused value ({exc}); "
+            "nothing was resumed"
+        ) from None
     except msgspec.DecodeError as exc:  # (ValidationError included)
         kind = "not valid JSON" if type(exc) is msgspec.DecodeError else "of another shape"
         _, sep, path = str(exc).rpartition(" - at ")

@@ -332,7 +332,7 @@ class OperationDrive:
             return
         step = turn_input(verdicts)
         if step is OpInput.APPROVAL_NEEDED:
-            self.pending = approvals_to_request(verdicts)
+            self.pending = approvals_to_request(verdicts, decisions, snap.approvals)
             await self.to(step)
             return
         await self.execute(verdicts, step, decisions)
@@ -345,6 +345,9 @@ class OperationDrive:
         assert outcome is not None
         await self.to(step)
         executables = [v for v in verdicts if isinstance(v, Executable)]
+        # Before any handler runs: a handler may change the arguments it is given in
+        # place, and a key computed after that would disown a result that is the call's.
+        keys = {v.call.call_id: trusted_key(v, snap.operation_id) for v in executables}
         results: dict[str, CallResult] = {}
         if executables:
             ctx = DispatchContext(
@@ -368,7 +371,7 @@ class OperationDrive:
                     # the model's retry (same intent, new call id) is the recovery path,
                     # reconciled by idempotency key, so it is no duplicate.
                     digest = sha256_hex(canonical_json(res.model_result))
-                    failed = invites_retry(res.status)
+                    failed = invites_retry(res.status, r.registry.get(res.tool))
                     self.tracker.record_result(res.tool, res.args_digest, digest, failed=failed)
                 await self.record(
                     "executed",
@@ -389,7 +392,7 @@ class OperationDrive:
             if unresolved:
                 # A side effect may have happened and nothing could settle it: keep every
                 # result in the audit and stop for a human, sending nothing.
-                if await self.bind(verdicts, results, decisions) is not None:
+                if await self.bind(verdicts, results, decisions, keys) is not None:
                     which = "; ".join(
                         f"{u.tool} ({u.call.call_id}): {u.detail}" for u in unresolved
                     )
@@ -400,7 +403,7 @@ class OperationDrive:
                     )
                 return
             await self.to(OpInput.RESULTS_DONE)
-        verified = await self.bind(verdicts, results, decisions)
+        verified = await self.bind(verdicts, results, decisions, keys)
         if verified is None:
             return
         snap.messages.extend(r._adapter.encode_results(outcome, verified))
@@ -411,9 +414,11 @@ class OperationDrive:
         verdicts: list[Verdict],
         results: dict[str, CallResult],
         decisions: dict[str, ApprovalDecision] | None,
+        keys: dict[str, str | None],
     ) -> list[ModelResult] | None:
         """Bind every result to its call, verify the set against callgate's own records and
-        return the wire projections in proposal order (None: the operation FAILED)."""
+        return the wire projections in proposal order (None: the operation FAILED).
+        ``keys``: the idempotency keys computed from the validated calls before dispatch."""
         r, snap = self.r, self.snap
         outcome = snap.outcome
         assert outcome is not None
@@ -447,7 +452,7 @@ class OperationDrive:
                 )
                 repeats.append((position, summary))
                 continue
-            key = trusted_key(v, snap.operation_id)  # recomputed, not the dispatcher's
+            key = keys.get(call.call_id)  # callgate's own, not the dispatcher's
             ctx = BindingContext(
                 provider=r.provider,
                 api_family=r._adapter.family,
@@ -549,9 +554,11 @@ class OperationDrive:
     async def request_approvals(self) -> None:
         r, snap = self.r, self.snap
         store = r._need_store()
-        now = r._clock()
+        now, ttl = r._clock(), self.settings.approval_ttl or r._approval_ttl
+        snap.pending = []
         for v in self.pending:
             approval_id = new_approval_id()
+            snap.pending.append(approval_id)
             spec = v.spec
             await store.create_approval(
                 ApprovalRecord(
@@ -565,7 +572,7 @@ class OperationDrive:
                     tenant=snap.tenant,
                     subject=snap.subject,
                     created_at=now,
-                    expires_at=now + r._approval_ttl,
+                    expires_at=now + ttl,
                 )
             )
             snap.approvals[v.call.call_id] = approval_id
@@ -576,7 +583,7 @@ class OperationDrive:
                     "approval_id": approval_id,
                     "requested": True,
                     **self._digests(spec.name, argument_value(v.call), args_digest=v.args_digest),
-                    "expires_at": now + r._approval_ttl,
+                    "expires_at": now + ttl,
                 },
             )
             await self.emit(
@@ -585,7 +592,7 @@ class OperationDrive:
                     approval_id=approval_id,
                     call_id=v.call.call_id,
                     name=spec.name,
-                    expires_at=now + r._approval_ttl,
+                    expires_at=now + ttl,
                 )
             )
 
