@@ -145,7 +145,9 @@ class ToolSpec:
     ``Budgets``. ``sensitive_paths`` name argument fields to redact in audit records;
     ``sensitive_result_paths`` name fields of the handler's return value to redact there,
     in the audit's path grammar rooted at that value (``$`` the whole value, ``$.token``,
-    ``$[*].token``, ``$['a.b']``, ``$[0]``; the leading ``$.`` may be left out).
+    ``$[*].token``, ``$['a.b']``, ``$[0]``; the leading ``$.`` may be left out). Both
+    name JSON keys as the values are encoded: a Struct with ``rename="camel"`` is
+    redacted at ``cardNumber``, never at its Python field ``card_number``.
     ``idempotency_fields(args)`` selects the business arguments of the idempotency key
     (None: all arguments).
     """
