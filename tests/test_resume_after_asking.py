@@ -2,10 +2,12 @@
 the model may word a call that already ran differently (a new idempotency key), and its
 side effect would run twice. Whether the resume raised, was cancelled (the host's request
 timed out) or its worker died without a word, the operation ends ``escalated``, and every
-side effect ran once. Real SQLite file store, real loopback replay server."""
+side effect ran once. An operation a failed drive ended keeps the head of the audit
+records that drive wrote. Real SQLite file store, real loopback replay server."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,10 +19,12 @@ import pytest
 from callgate.adapters.render import RenderCall, render_turn
 from callgate.engine.core.registry import Registry, RiskClass, ToolContext, ToolSpec
 from callgate.engine.core.states import OpInput, OpState
+from callgate.engine.runtime.audit_sink import JsonlAuditSink
 from callgate.engine.runtime.loop import Runner
 from callgate.engine.runtime.operation import SNAPSHOT_DECODER
 from callgate.engine.runtime.replay import ReplayServer, ReplayTurn
 from callgate.engine.runtime.transport import ProviderEndpoint
+from callgate.engine.store.errors import StoreUnavailable
 from callgate.engine.store.sqlite import SQLiteStore
 
 from .loop_helpers import FAST_RETRY
@@ -168,3 +172,40 @@ async def test_a_resume_whose_worker_went_silent_is_settled_not_replayed(tmp_pat
         row = await store.get_operation(op_id)
         assert row is not None and row.state == OpState.ESCALATED.value
     assert effects == ["refund A1", "email Refund issued."]
+
+
+class _LedgerDown(SQLiteStore):
+    """A store whose ledger fails: the drive raises mid-way, after writing audit records."""
+
+    async def ledger_begin(self, *args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("database is locked (simulated)")
+
+
+async def test_an_operation_a_failed_drive_ended_keeps_the_head_of_its_trail(
+    tmp_path: Path,
+) -> None:
+    effects: list[str] = []
+    trail = tmp_path / "audit.jsonl"
+    turns = [_turn(("c1", "send_email", '{"to":"bob@x","body":"hi"}')), _turn(text="Done.")]
+    async with (
+        ReplayServer(turns) as server,
+        _LedgerDown(tmp_path / "db") as store,
+        JsonlAuditSink(trail) as sink,
+    ):
+        with pytest.raises(StoreUnavailable):
+            await _runner(server, _registry(effects), store, audit=sink.write).start(
+                "Email Bob", operation_id="op1"
+            )
+        assert "the drive raised StoreUnavailable" in await _stop_of(store, "op1")
+        row = await store.get_operation("op1")
+    assert row is not None and effects == []
+    snap = SNAPSHOT_DECODER.decode(row.snapshot)
+    lines = trail.read_bytes().splitlines()
+    assert snap.audit_seq == len(lines) > 0
+    # The stored head is the trail's last record: `audit verify --expected-head` holds.
+    verify = ["audit", "verify", str(trail), "--operation", "op1"]
+    proc = await anyio.run_process(
+        [sys.executable, "-m", "callgate.engine.cli", *verify, "--expected-head", snap.audit_head],
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

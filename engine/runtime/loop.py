@@ -209,10 +209,11 @@ class Runner:
                 fencing_token=1,
             )
         )
+        marks = DriveMarks()
         async with self._released_on_failure(
-            snap.operation_id, record.fencing_token, escalate=True
+            snap.operation_id, record.fencing_token, escalate=True, marks=marks
         ):
-            return await self._drive(snap, (record.version, record.fencing_token))
+            return await self._drive(snap, (record.version, record.fencing_token), marks=marks)
 
     async def resume(self, operation_id: str) -> OperationResult:
         """Continue an operation paused for approval, from any worker and process. Exactly
@@ -424,7 +425,8 @@ class Runner:
                 what = f"the drive raised {type(exc).__name__}"
                 if not escalate:
                     what = f"the resumed drive raised {type(exc).__name__} after asking the model"
-                await self._release(operation_id, token, exc, stop=_drive_failed(what))
+                stop = _drive_failed(what)
+                await self._release(operation_id, token, exc, stop=stop, marks=marks)
             else:
                 await self._release(operation_id, token, exc)
             raise
@@ -455,7 +457,13 @@ class Runner:
         return self._result(await self._load(operation_id))
 
     async def _release(
-        self, operation_id: str, token: int, exc: BaseException, *, stop: StopInfo | None = None
+        self,
+        operation_id: str,
+        token: int,
+        exc: BaseException,
+        *,
+        stop: StopInfo | None = None,
+        marks: DriveMarks | None = None,
     ) -> None:
         # Only the owner changes: the snapshot stays the one last persisted (the pause, or
         # the operation as created). The failed drive's in-memory snapshot may stop
@@ -480,6 +488,8 @@ class Runner:
                 if stop is not None:
                     snap = decode_snapshot(record.snapshot, operation_id)
                     snap.state, snap.stop = stop.state, stop
+                    if marks is not None and marks.audit is not None:
+                        snap.audit_seq, snap.audit_head = marks.audit  # the trail's end
                     changes.update(state=stop.state.value, snapshot=msgspec.json.encode(snap))
                 await store.save_operation(
                     msgspec.structs.replace(record, **changes),

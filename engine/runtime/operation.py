@@ -135,11 +135,14 @@ class DriveMarks:
     mark durable: ``before_first_ask`` (set by the runner for a resume) persists it
     before the first request leaves."""
 
-    __slots__ = ("asked_model", "before_first_ask")
+    __slots__ = ("asked_model", "audit", "before_first_ask")
 
     def __init__(self, before_first_ask: Callable[[], Awaitable[None]] | None = None) -> None:
         self.asked_model = False
         self.before_first_ask = before_first_ask
+        # Where the drive's audit chain stands (seq, head): an operation its failure ends
+        # keeps the head of the records the drive wrote, so ``--expected-head`` verifies.
+        self.audit: tuple[int, str] | None = None
 
     async def asking(self) -> None:
         """Called just before every model request of the drive."""

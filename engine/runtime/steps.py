@@ -150,6 +150,7 @@ class OperationDrive:
         )
         if self.r._audit is not None:
             await self.r._audit(rec)
+        self.marks.audit = (self.audit.next_seq, self.audit.head)  # written, or no sink
 
     async def to(self, event: OpInput) -> None:
         old = self.snap.state
