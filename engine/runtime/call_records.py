@@ -34,6 +34,7 @@ __all__ = [
     "has_canonical_form",
     "invites_retry",
     "lapsed_reason",
+    "requested_data",
     "sensitive_paths",
     "trusted_key",
 ]
@@ -195,3 +196,16 @@ def invites_retry(status: str, spec: ToolSpec | None) -> bool:
     handler error. A side effect's failure is final (the ledger replays it to any retry
     under its key; a write's timeout is ``outcome_unknown``, reconciled instead)."""
     return status in _RETRY_INVITED and spec is not None and not spec.is_side_effect
+
+
+def requested_data(call: ProposedCall, digests: Mapping[str, str | None]) -> dict[str, Any]:
+    """The audit data of a proposed call. Arguments with no canonical form (an integer
+    beyond 64 bits) cannot be chained: the record holds a marker and the raw bytes'
+    digest, and validation refuses or accepts the call as usual (a model never crashes
+    the run)."""
+    canonical = call.arguments is None or has_canonical_form(call.arguments)
+    data: dict[str, Any] = {"arguments": call.arguments if canonical else None}
+    if not canonical:
+        data["arguments_canonical"] = False
+    data.update(digests)
+    return data

@@ -54,9 +54,9 @@ from .call_records import (
     audit_digests,
     bindable_arguments,
     echoed_turn,
-    has_canonical_form,
     invites_retry,
     lapsed_reason,
+    requested_data,
     sensitive_paths,
     trusted_key,
 )
@@ -300,22 +300,13 @@ class OperationDrive:
                 return
         else:
             for call in outcome.calls:
-                # Arguments with no canonical form (an integer beyond 64 bits) cannot be
-                # chained: record the marker and the raw bytes' digest, and let validation
-                # refuse or accept the call as usual. A model never crashes the run.
-                canonical = call.arguments is None or has_canonical_form(call.arguments)
-                data: dict[str, Any] = {"arguments": call.arguments if canonical else None}
-                if not canonical:
-                    data["arguments_canonical"] = False
-                data.update(
-                    self._digests(
-                        call.name, argument_value(call), raw_sha256=sha256_hex(call.raw_arguments)
-                    )
+                digests = self._digests(
+                    call.name, argument_value(call), raw_sha256=sha256_hex(call.raw_arguments)
                 )
                 await self.record(
                     "requested",
                     call=call,
-                    data=data,
+                    data=requested_data(call, digests),
                     redact=self._sensitive(call.name, arguments=True),
                 )
         verdicts = validate_turn(
