@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
@@ -257,11 +258,17 @@ def _report_json(r: ChainReport) -> dict[str, Any]:
     return out
 
 
+_HEAD = re.compile("[0-9a-f]{64}")
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     prog = "callgate audit verify"
     try:
         if args.by_operation and args.expected_head is not None:
             raise CliFailure("--expected-head needs one chain: use --operation ID", 2)
+        if args.expected_head is not None and not _HEAD.fullmatch(args.expected_head):
+            # A shortened or upper-case head would fail an intact trail as "cut".
+            raise CliFailure("--expected-head must be the full digest: 64 lowercase hex", 2)
         secret = secret_from_env(args.secret_env) if args.secret_env else None
         try:
             with open(args.file, "rb") as handle:

@@ -19,8 +19,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from callgate.engine.cli_audit import verify_file
 from callgate.engine.core.registry import Decision, Registry, RiskClass, ToolContext, ToolSpec
 from callgate.engine.core.states import OpInput, OpState
+from callgate.engine.runtime.audit_sink import JsonlAuditSink
 from callgate.engine.runtime.loop import Runner
 from callgate.engine.runtime.progress import ProgressEvent, StateChanged
 from callgate.engine.runtime.replay import ReplayServer
@@ -222,3 +224,39 @@ async def test_a_consumed_approval_of_a_call_refused_at_a_repause_is_dropped(
         ("c_refund", "denied"),
     ]
     assert ran == ["get_order A"]
+
+
+async def test_who_decided_is_in_the_chained_audit_trail(tmp_path: Path) -> None:
+    ran: list[str] = []
+    reg, clock = _registry(ran), Clock()
+    trail = tmp_path / "audit.jsonl"
+    turns = [turn(P, calls=[("c1", "refund", '{"order_id":"A"}')]), turn(P, text="Done.")]
+    async with (
+        ReplayServer(turns) as server,
+        SQLiteStore(tmp_path / "db") as store,
+        JsonlAuditSink(trail) as sink,
+    ):
+        paused = await _runner(server, reg, store, clock=clock, audit=sink.write).start("Refund A")
+        (approval_id,) = paused.pending_approvals
+        await store.decide_approval(approval_id, True, "alice", "customer called", now=T0 + 10)
+        clock.t = T0 + 20
+        done = await _runner(server, reg, store, clock=clock, audit=sink.write).resume(
+            paused.operation_id
+        )
+    assert done.state is OpState.COMPLETED and ran == ["refund A"]
+    records = [msgspec.json.decode(line) for line in trail.read_bytes().splitlines()]
+    (decided,) = [r for r in records if r["kind"] == "approval" and r["data"].get("decided")]
+    assert decided["call_id"] == "c1"
+    assert {k: decided["data"][k] for k in ("approval_id", "approved", "approver", "reason")} == {
+        "approval_id": approval_id,
+        "approved": True,
+        "approver": "alice",
+        "reason": "customer called",
+    }
+    assert decided["data"]["decided_at"] == T0 + 10
+    # Chained before the call ran: an edited approvals row no longer rewrites who decided.
+    executed = next(r for r in records if r["kind"] == "executed")
+    assert decided["seq"] < executed["seq"]
+    with trail.open("rb") as handle:
+        (report,) = verify_file(handle)
+    assert report.ok and report.records == len(records), report

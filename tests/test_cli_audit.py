@@ -162,13 +162,18 @@ def test_audit_verify_a_file_shared_by_several_operations(tmp_path: Path) -> Non
 def test_audit_verify_refuses_unusable_input(tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
-    missing, both, nothing = run_all(
+    missing, both, nothing, short, upper = run_all(
         ["audit", "verify", str(tmp_path / "nope.jsonl")],
         ["audit", "verify", str(empty), "--by-operation", "--expected-head", "ab"],
         ["audit", "verify", str(empty)],
+        # A shortened or upper-case head would fail an intact trail as cut: refused.
+        ["audit", "verify", str(empty), "--expected-head", "0" * 12],
+        ["audit", "verify", str(empty), "--expected-head", "A" * 64],
     )
     assert missing.returncode == 2 and "cannot read" in missing.stderr
     assert both.returncode == 2 and "--operation" in both.stderr
+    for bad in (short, upper):
+        assert bad.returncode == 2 and "64 lowercase hex" in bad.stderr
     assert (nothing.returncode, nothing.stdout) == (0, f"ok: 0 records, head {'0' * 64}\n")
 
 

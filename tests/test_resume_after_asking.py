@@ -209,3 +209,52 @@ async def test_an_operation_a_failed_drive_ended_keeps_the_head_of_its_trail(
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+class _Wrapped:
+    """A store whose first ``save_operation`` misbehaves (then it is the store again)."""
+
+    def __init__(self, inner: SQLiteStore, *, commit: bool) -> None:
+        self.inner, self.commit, self.done = inner, commit, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def save_operation(self, *args: Any, **kwargs: Any) -> Any:
+        if self.done:
+            return await self.inner.save_operation(*args, **kwargs)
+        self.done = True
+        if self.commit:  # committed, then the acknowledgement was lost
+            await self.inner.save_operation(*args, **kwargs)
+        raise StoreUnavailable("injected")
+
+
+async def test_a_resume_lost_at_its_mark_is_settled_with_the_head_of_its_records(
+    tmp_path: Path,
+) -> None:
+    effects: list[str] = []
+    reg = _registry(effects)
+    trail = tmp_path / "audit.jsonl"
+    async with (
+        ReplayServer(_turns()) as server,
+        SQLiteStore(tmp_path / "db") as store,
+        JsonlAuditSink(trail) as sink,
+    ):
+        paused = await _runner(server, reg, store, audit=sink.write).start("Refund A1")
+        (approval_id,) = paused.pending_approvals
+        await store.decide_approval(approval_id, True, "alice", "ok", now=time.time())
+        lossy: Any = _Wrapped(store, commit=True)  # the mark commits, its ack is lost
+        with pytest.raises(StoreUnavailable):
+            await _runner(server, reg, lossy, audit=sink.write).resume(paused.operation_id)
+        assert effects == ["refund A1"] and len(server.requests) == 1  # never asked again
+        # Settling it hits a transient failure: the store's own error, to retry on.
+        flaky: Any = _Wrapped(store, commit=False)
+        with pytest.raises(StoreUnavailable):
+            await _runner(server, reg, flaky, claim_stale_after=1e-9).resume(paused.operation_id)
+        done = await _runner(server, reg, store, claim_stale_after=1e-9).resume(paused.operation_id)
+        assert done.state is OpState.ESCALATED
+        row = await store.get_operation(paused.operation_id)
+    assert row is not None and effects == ["refund A1"]
+    snap = SNAPSHOT_DECODER.decode(row.snapshot)
+    # The mark kept the head of the records the drive wrote (the refund's among them).
+    assert snap.audit_seq == len(trail.read_bytes().splitlines())

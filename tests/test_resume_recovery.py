@@ -133,7 +133,7 @@ async def test_a_partial_decision_consumes_nothing_and_both_approved_calls_run(
 
         waiting = await runner(server.base_url, reg, store).resume(paused.operation_id)
         assert waiting.state is OpState.WAITING_APPROVAL
-        assert waiting.pending_approvals == (paris, rome)
+        assert waiting.pending_approvals == (rome,)  # what a person must still decide
         paris_row = await store.get_approval(paris)
         assert paris_row is not None and paris_row.status is ApprovalStatus.APPROVED  # unspent
 

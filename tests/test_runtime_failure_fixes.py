@@ -477,7 +477,10 @@ async def test_only_a_sole_failure_is_taken_out_of_its_group() -> None:
     assert _sole_failure(ExceptionGroup("g", [busy])) is busy
     assert _sole_failure(BaseExceptionGroup("g", [cancelled(), busy])) is busy
     assert _sole_failure(ExceptionGroup("g", [ExceptionGroup("inner", [gone])])) is gone
-    assert _sole_failure(ExceptionGroup("g", [busy, gone])) is None  # several: kept
+    # Several store errors (a store that is down fails every parallel call): the first.
+    assert _sole_failure(ExceptionGroup("g", [busy, ExceptionGroup("i", [gone])])) is busy
+    assert busy.__notes__ == ["callgate: 1 more call(s) failed on the store (StoreUnavailable)"]
+    assert _sole_failure(ExceptionGroup("g", [gone, ValueError()])) is None  # mixed: kept
     assert _sole_failure(BaseExceptionGroup("g", [cancelled(), cancelled()])) is None
     # A BaseException stays grouped: bare, asyncio would re-raise it out of the loop.
     assert _sole_failure(BaseExceptionGroup("g", [KeyboardInterrupt()])) is None

@@ -76,6 +76,10 @@ class ApprovalDecision(msgspec.Struct, frozen=True, kw_only=True):
     approved: bool
     expired: bool = False
     lapsed: bool = False
+    # Who decided, why and when, as the approvals store holds it (for the audit trail).
+    approver: str | None = None
+    reason: str | None = None
+    decided_at: float | None = None
 
 
 class Rejected(msgspec.Struct, frozen=True, kw_only=True):

@@ -30,6 +30,7 @@ __all__ = [
     "argument_value",
     "audit_digests",
     "bindable_arguments",
+    "decision_data",
     "echoed_turn",
     "has_canonical_form",
     "invites_retry",
@@ -209,3 +210,20 @@ def requested_data(call: ProposedCall, digests: Mapping[str, str | None]) -> dic
         data["arguments_canonical"] = False
     data.update(digests)
     return data
+
+
+def decision_data(decision: ApprovalDecision) -> dict[str, Any]:
+    """The audit data of a person's decision as a resume reads it: the approval id audits
+    who approved (or denied) which action, so the chained trail holds the name, the
+    reason and the time, not only the approvals store (whose rows can be edited). No
+    argument digest: the request's record holds it, keyed where the trail redacts."""
+    return {
+        "approval_id": decision.approval_id,
+        "decided": True,
+        "approved": decision.approved,
+        "expired": decision.expired,
+        "lapsed": decision.lapsed,
+        "approver": decision.approver,
+        "reason": decision.reason,
+        "decided_at": decision.decided_at,
+    }

@@ -189,6 +189,9 @@ def _key_of(item: Executable, ctx: DispatchContext) -> tuple[str | None, str]:
 def _sole_failure(group: BaseExceptionGroup[BaseException]) -> Exception | None:
     """The one exception of ``group`` (nested groups flattened) that is not a
     cancellation, or None when there are several or none, or when it is no ``Exception``.
+    Several store errors count as one, the first (the others named in its notes): a
+    store that is down fails every parallel call, and the host's ``except StoreError``
+    must still see it.
 
     A ``BaseException`` (SystemExit, KeyboardInterrupt) stays in its group: raised bare
     out of a coroutine, asyncio re-raises it straight out of the event loop, which then
@@ -198,13 +201,19 @@ def _sole_failure(group: BaseExceptionGroup[BaseException]) -> Exception | None:
     found: list[BaseException] = []
     pending: list[BaseException] = [group]
     while pending:
-        exc = pending.pop()
+        exc = pending.pop(0)  # (in the group's order: the first failure is named first)
         if isinstance(exc, BaseExceptionGroup):
-            pending.extend(exc.exceptions)
+            pending[:0] = exc.exceptions
         elif not isinstance(exc, cancelled):
             found.append(exc)
     if len(found) == 1 and isinstance(found[0], Exception):
         return found[0]
+    if len(found) > 1 and all(isinstance(e, StoreError) for e in found):
+        first = found[0]
+        assert isinstance(first, StoreError)
+        others = ", ".join(type(e).__name__ for e in found[1:])
+        first.add_note(f"callgate: {len(found) - 1} more call(s) failed on the store ({others})")
+        return first
     return None
 
 

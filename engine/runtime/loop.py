@@ -40,9 +40,9 @@ from callgate.engine.core.states import (
 from callgate.engine.core.validation import (
     ApprovalDecision,
 )
-from callgate.engine.store.base import ApprovalRecord, ApprovalStatus, OperationRecord, Store
-from callgate.engine.store.errors import ApprovalAlreadyConsumed, ApprovalExpired
+from callgate.engine.store.base import OperationRecord, Store
 
+from .decisions import collect_decisions
 from .operation import (
     CallSummary,
     DriveMarks,
@@ -244,7 +244,8 @@ class Runner:
             return await self._settle_stuck(operation_id, now)
         # This drive's own marks (the runner may drive others meanwhile); the first model
         # request is made durable first (see the docstring).
-        marks = DriveMarks(before_first_ask=lambda: self._mark_past_pause(operation_id, token))
+        marks = DriveMarks()
+        marks.before_first_ask = lambda: self._mark_past_pause(operation_id, token, marks)
         async with self._released_on_failure(operation_id, token, marks=marks):
             record = await store.get_operation(operation_id)
             if record is None:
@@ -261,10 +262,10 @@ class Runner:
                     f"not {self.provider!r}: resume it with a runner for {snap.provider!r}"
                 )
             lease = (record.version, token)
-            decisions = await self._collect_decisions(snap, store, now)
+            decisions, waiting = await collect_decisions(self.registry, snap, store, now)
             if decisions is None:  # someone has not decided yet: stay paused, release
                 await self._persist(snap, lease, release=True)
-                return self._result(snap)
+                return self._result(snap, pending=waiting)
             return await self._drive(snap, lease, decisions=decisions, marks=marks)
 
     # --- the loop ------------------------------------------------------------------------
@@ -313,90 +314,6 @@ class Runner:
                 )
             )
         return self._result(snap)
-
-    async def _collect_decisions(
-        self, snap: OperationSnapshot, store: Store, now: float
-    ) -> dict[str, ApprovalDecision] | None:
-        """The human decisions for the paused turn, or None (nothing consumed) while some
-        approval is still pending and unexpired."""
-        # Two passes: read every approval before consuming any. Consuming the decided ones
-        # while another is still pending would spend them on a resume that stays paused,
-        # and the next resume would find them consumed.
-        records: dict[str, ApprovalRecord] = {}
-        for call_id, approval_id in snap.approvals.items():
-            record = await store.get_approval(approval_id)
-            if record is None:
-                raise StoreError(f"approval {approval_id} vanished")
-            if record.status is ApprovalStatus.PENDING and now < record.expires_at:
-                return None
-            records[call_id] = record
-        out: dict[str, ApprovalDecision] = {}
-        for call_id, record in records.items():
-            out[call_id] = await self._decision(snap, call_id, record, store, now)
-        return out
-
-    async def _decision(
-        self,
-        snap: OperationSnapshot,
-        call_id: str,
-        record: ApprovalRecord,
-        store: Store,
-        now: float,
-    ) -> ApprovalDecision:
-        """Settle one approval of the paused turn in the store (consume it, or record its
-        expiry) and say whether it authorizes the call."""
-        spec = self.registry.get(record.tool)
-        bound = (
-            record.operation_id == snap.operation_id
-            and record.call_id == call_id
-            and spec is not None
-            and spec.schema_version == record.schema_version
-            and spec.policy_revision == record.policy_revision
-        )
-        expired = False
-        approved = False
-        lapsed = False
-        if record.status is ApprovalStatus.CONSUMED:
-            # Consumed by an earlier resume of this same operation that did not finish: an
-            # approval belongs to one call of one operation and the claim makes resumes
-            # exclusive, so nobody else spent it. The human's decision stands while it
-            # holds; if that attempt already ran the call, the idempotency ledger answers
-            # it instead of running the side effect again. Once it no longer holds
-            # (expired, or the tool contract or policy changed) the call may not run, and
-            # it may have run (the ledger forgets finished keys after its retention): the
-            # operation escalates (``lapsed``).
-            approved = bound
-            lapsed = not bound or now >= record.expires_at
-        elif not bound:
-            # The person approved this call under another tool contract or policy revision
-            # (or the row is another call's): that approval does not carry over, and
-            # revalidation answers denied or unknown_tool. Left as it is (never consumed:
-            # a consumed approval reads as one that authorized a run).
-            expired = record.status is ApprovalStatus.EXPIRED or (
-                record.status is not ApprovalStatus.DENIED and now >= record.expires_at
-            )
-        elif record.status in (ApprovalStatus.APPROVED, ApprovalStatus.PENDING):
-            # A pending row here is past its expiry (pass one waits otherwise): consuming it
-            # records the expiry in the store, so it is never approvable later.
-            try:
-                await store.consume_approval(record.approval_id, now=now)
-                approved = True
-            except ApprovalExpired:  # approved too late, or never decided in time
-                expired = True
-            except ApprovalAlreadyConsumed:  # consumed since pass one (as a CONSUMED row)
-                approved = True
-            # Other store errors propagate; the failed resume releases its claim, and the
-            # next resume reads the approvals again.
-        elif record.status is ApprovalStatus.EXPIRED:
-            expired = True
-        return ApprovalDecision(
-            approval_id=record.approval_id,
-            call_id=call_id,
-            args_digest=record.args_digest,
-            approved=approved,
-            expired=expired,
-            lapsed=lapsed,
-        )
 
     @contextlib.asynccontextmanager
     async def _released_on_failure(
@@ -451,9 +368,12 @@ class Runner:
             return self._result(await self._load(operation_id))
         error = StoreError(f"operation {operation_id}: no drive holds it")
         stop = _drive_failed("no drive holds it (its start failed, or its worker stopped)")
-        await self._release(operation_id, token, error, stop=stop)
-        if getattr(error, "__notes__", None):
-            raise error  # settling it failed (the notes say how): not reported as settled
+        failure = await self._release(operation_id, token, error, stop=stop)
+        if failure is not None:
+            # Settling it failed: the store's own error (a retry policy keyed on
+            # StoreUnavailable must see it), never reported as settled.
+            failure.add_note(f"callgate: settling {operation_id} (no drive holds it) failed")
+            raise failure
         return self._result(await self._load(operation_id))
 
     async def _release(
@@ -464,7 +384,8 @@ class Runner:
         *,
         stop: StopInfo | None = None,
         marks: DriveMarks | None = None,
-    ) -> None:
+    ) -> Exception | None:
+        # Returns the store's own failure when the release failed (noted on ``exc`` too).
         # Only the owner changes: the snapshot stays the one last persisted (the pause, or
         # the operation as created). The failed drive's in-memory snapshot may stop
         # mid-step — state advanced past the pause, approvals cleared, results bound but
@@ -479,11 +400,11 @@ class Runner:
         # already ran differently, under a new idempotency key, and repeat its effect.
         store = self._need_store()
         deadline = anyio.current_time() + _RELEASE_TIMEOUT
-        with anyio.CancelScope(shield=True, deadline=deadline) as scope:
+        with anyio.CancelScope(shield=True, deadline=deadline):
             try:
                 record = await store.get_operation(operation_id)
                 if record is None or record.owner is None or record.fencing_token != token:
-                    return  # released by the drive itself, or taken over: not ours now
+                    return None  # released by the drive itself, or taken over: not ours now
                 changes: dict[str, Any] = {"owner": None, "updated_at": self._clock()}
                 if stop is not None:
                     snap = decode_snapshot(record.snapshot, operation_id)
@@ -496,21 +417,22 @@ class Runner:
                     expected_version=record.version,
                     fencing_token=token,
                 )
-                return
+                return None
             except StaleWriteError:
-                return  # another worker took the operation over meanwhile
+                return None  # another worker took the operation over meanwhile
             except Exception as err:  # the original failure must still reach the caller
                 exc.add_note(
                     f"callgate: releasing the claim on {operation_id} failed too "
                     f"({type(err).__name__}); it stays claimed until claim_stale_after"
                 )
-        if scope.cancelled_caught:
-            exc.add_note(
-                f"callgate: releasing the claim on {operation_id} timed out; it stays "
-                "claimed until claim_stale_after"
-            )
+                return err
+        exc.add_note(
+            f"callgate: releasing the claim on {operation_id} timed out; it stays "
+            "claimed until claim_stale_after"
+        )
+        return TimeoutError(f"releasing the claim on {operation_id} timed out")
 
-    async def _mark_past_pause(self, operation_id: str, token: int) -> None:
+    async def _mark_past_pause(self, operation_id: str, token: int, marks: DriveMarks) -> None:
         """Persist that a resumed drive is about to ask the model again: the row leaves
         ``waiting_approval`` (as ``model_requested``, the snapshot otherwise the pause as
         persisted), so no later resume can replay the pause once this request has left,
@@ -522,6 +444,8 @@ class Runner:
             raise StoreError(f"no operation {operation_id}")
         snap = decode_snapshot(record.snapshot, operation_id)
         snap.state = OpState.MODEL_REQUESTED
+        if marks.audit is not None:  # the records this drive wrote: where a settle ends
+            snap.audit_seq, snap.audit_head = marks.audit
         await store.save_operation(
             msgspec.structs.replace(
                 record,
@@ -573,9 +497,10 @@ class Runner:
         return self.store
 
     @staticmethod
-    def _result(snap: OperationSnapshot) -> OperationResult:
-        pending: tuple[str, ...] = ()
-        if snap.state is OpState.WAITING_APPROVAL:
+    def _result(snap: OperationSnapshot, pending: tuple[str, ...] | None = None) -> OperationResult:
+        if snap.state is not OpState.WAITING_APPROVAL:
+            pending = ()
+        elif pending is None:  # as requested at the pause (a resume read the store since)
             pending = tuple(snap.approvals.values() if snap.pending is None else snap.pending)
         return OperationResult(
             operation_id=snap.operation_id,

@@ -53,6 +53,7 @@ from .call_records import (
     argument_value,
     audit_digests,
     bindable_arguments,
+    decision_data,
     echoed_turn,
     invites_retry,
     lapsed_reason,
@@ -294,6 +295,9 @@ class OperationDrive:
             await self.exhausted(late)
             return
         if decisions is not None:
+            by_id = {c.call_id: c for c in outcome.calls}
+            for d in decisions.values():  # who decided what, chained before it is acted on
+                await self.record("approval", call=by_id.get(d.call_id), data=decision_data(d))
             lapsed = lapsed_reason(decisions)
             if lapsed is not None:
                 await self.stop(OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE, lapsed, outcome.raw_reason)
