@@ -559,3 +559,42 @@ def test_turn_input_summarises_the_verdicts() -> None:
     assert turn_input(validate_turn([ok, wait, bad], reg, AUTH)) is OpInput.APPROVAL_NEEDED
     assert turn_input(validate_turn([ok, bad], reg, AUTH)) is OpInput.EXECUTABLE
     assert turn_input(validate_turn([bad], reg, AUTH)) is OpInput.ALL_REJECTED
+
+
+class _Tagged(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    tags: frozenset[str] = frozenset()
+
+
+class _WithSets(msgspec.Struct, forbid_unknown_fields=True):
+    ids: set[int]
+    items: list[_Tagged] = []
+    by_name: dict[str, frozenset[int]] = {}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "ok"),
+    [
+        ({"ids": [7, 8]}, True),
+        ({"ids": [7, 7, 8]}, False),  # a set would drop the repeat: a repair
+        ({"ids": [1], "items": [{"tags": ["a", "b"]}, {"tags": ["a"]}]}, True),
+        ({"ids": [1], "items": [{"tags": ["a", "a"]}]}, False),  # nested in a list
+        ({"ids": [1], "by_name": {"x": [2, 3], "y": [2, 2]}}, False),  # a dict's values
+    ],
+)
+def test_an_array_for_a_set_with_a_repeated_item_is_refused(
+    arguments: dict[str, Any], ok: bool
+) -> None:
+    reg = Registry(
+        [ToolSpec(name="tagger", description="", args_type=_WithSets, handler=recording_handler)]
+    )
+    v = only(validate_turn([call("tagger", arguments)], reg, AUTH))
+    if ok:
+        assert isinstance(v, Executable), v
+    else:
+        assert code_of(v) is ErrorCode.INVALID_ARGUMENTS
+    spec = reg.get("tagger")
+    assert spec is not None and spec.set_fields is not None
+
+
+def test_tools_without_set_fields_are_not_walked() -> None:
+    assert all(spec.set_fields is None for spec in registry())

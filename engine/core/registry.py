@@ -27,6 +27,7 @@ from .adapter import ToolDeclaration
 from .audit import parse_path
 from .canonical import digest_fields
 from .errors import ConfigError
+from .sets import has_set_fields
 
 __all__ = [
     "ApprovalRule",
@@ -172,6 +173,9 @@ class ToolSpec:
     idempotency_fields: Callable[[Any], Any] | None = None
     reconcile: ReconcileFn | None = None
     parameters: dict[str, Any] = field(init=False, repr=False, compare=False)
+    # The argument type's info when a set field is reachable (repeats are refused), else
+    # None: validation walks the arguments only for those tools.
+    set_fields: msgspec.inspect.Type | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -204,6 +208,7 @@ class ToolSpec:
         for path in self.sensitive_result_paths:
             _check_result_path(self.name, path)
         object.__setattr__(self, "parameters", parameters)
+        object.__setattr__(self, "set_fields", info if has_set_fields(info) else None)
 
     @property
     def is_side_effect(self) -> bool:

@@ -43,6 +43,7 @@ from .registry import (
     ToolSpec,
     args_digest,
 )
+from .sets import repeats_in_sets
 from .states import OpInput
 
 __all__ = [
@@ -230,6 +231,10 @@ def _validate_one(
     except Exception as exc:  # host code in the argument type (__post_init__) failed
         reason = f"argument type raised {type(exc).__name__}"
         return _reject(call, ErrorCode.INVALID_ARGUMENTS, reason, spec)
+    if spec.set_fields is not None and repeats_in_sets(spec.set_fields, call.arguments):
+        # A set would drop the repeat: the handler would run on what the model never sent.
+        detail = "An array for a set holds a repeated item."
+        return _reject(call, ErrorCode.INVALID_ARGUMENTS, detail, spec, detail)
     try:
         digest = args_digest(spec.name, args)
     except ConfigError:
