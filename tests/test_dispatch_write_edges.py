@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 
+from callgate.engine.core.guards import Budgets
 from callgate.engine.core.registry import Registry, RiskClass, ToolContext, ToolSpec
 from callgate.engine.core.states import OpInput, OpState
 from callgate.engine.runtime.replay import ReplayServer
@@ -112,3 +114,28 @@ async def test_a_write_whose_handler_raised_is_not_run_again(provider: str, tmp_
     assert runs == ["c1"]
     assert [c.status for c in result.calls] == ["handler_error", "no_progress"]
     assert result.state is OpState.COMPLETED
+
+
+async def test_a_write_that_edits_its_arguments_and_outlives_the_deadline_escalates(
+    tmp_path: Path,
+) -> None:
+    async def place(args: Order, ctx: ToolContext) -> str:
+        args.items.append("c")  # edited, then cut by the operation deadline
+        await anyio.sleep(30)
+        return "placed"
+
+    provider = "openai_chat"
+    turns = [turn(provider, calls=[("c1", "place_order", CALL)]), turn(provider, text="Done.")]
+    async with SQLiteStore(tmp_path / "db") as store, ReplayServer(turns) as server:
+        runner, _ = make_runner(
+            provider,
+            server.base_url,
+            _write(place),
+            store=store,
+            budgets=Budgets(deadline_seconds=1.0),
+        )
+        result = await runner.start("go")
+    # Answered under the key it held when it started: the may-have-happened effect is
+    # the operation's ending, not a binding failure that loses the call.
+    assert result.state is OpState.ESCALATED, result.stop
+    assert [c.status for c in result.calls] == ["outcome_unknown"]

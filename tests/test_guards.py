@@ -67,6 +67,7 @@ def test_default_budgets_are_valid_and_bounded() -> None:
         {"deadline_seconds": float("inf")},
         {"deadline_seconds": float("nan")},
         {"deadline_seconds": True},
+        {"deadline_seconds": 10**400},  # past float's range: a typed error, not Overflow
         {"max_cost": Decimal("-0.01")},
         {"prices": {"m": (Decimal(1),)}},
         {"prices": {"m": (Decimal(1), Decimal(-1))}},

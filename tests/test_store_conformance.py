@@ -319,6 +319,22 @@ async def test_double_approve_first_decision_wins(store: Store) -> None:
 
 
 @all_backends
+@pytest.mark.parametrize(
+    ("approver", "reason"), [("caf\udce9", None), ("alice", "caf\udce9 ok"), ("alice", 7)]
+)
+async def test_a_decision_whose_text_cannot_be_kept_is_refused(
+    store: Store, approver: Any, reason: Any
+) -> None:
+    # A lone surrogate (surrogateescape'd argv bytes) goes neither into the audit trail's
+    # canonical JSON nor into UTF-8 text: accepted, it failed every later resume.
+    await store.create_approval(approval())
+    with pytest.raises(ConfigError, match="not text"):
+        await store.decide_approval("ap-1", False, approver, reason, now=NOW + 1)
+    record = await store.get_approval("ap-1")
+    assert record is not None and record.status is ApprovalStatus.PENDING
+
+
+@all_backends
 @pytest.mark.parametrize("approver", ["", "   ", None])
 async def test_an_anonymous_decision_is_refused(store: Store, approver: Any) -> None:
     await store.create_approval(approval())

@@ -15,9 +15,12 @@ import msgspec
 import pytest
 
 from callgate.engine.core.states import OpInput, OpState
+from callgate.engine.runtime import loop
 from callgate.engine.runtime.operation import SNAPSHOT_DECODER
 from callgate.engine.runtime.progress import ProgressEvent, StateChanged
 from callgate.engine.runtime.replay import ReplayServer, ReplayTurn
+from callgate.engine.store.errors import StoreUnavailable
+from callgate.engine.store.memory import MemoryStore
 from callgate.engine.store.sqlite import SQLiteStore
 
 from .test_resume_recovery import FINAL, WEATHER_CALL, registry, runner
@@ -111,3 +114,40 @@ async def test_a_dead_start_is_escalated_only_once_its_claim_is_stale(tmp_path: 
         await _escalated(store, "op_dead")
         assert server.completed == asked
     assert ran == []
+
+
+class _HangingStore(MemoryStore):
+    mode = "ok"
+
+    async def save_operation(self, record: Any, expected_version: int, fencing_token: int) -> Any:
+        if self.mode == "fail":
+            raise StoreUnavailable("db down")
+        if self.mode == "hang":
+            await anyio.sleep(3600)
+        return await super().save_operation(record, expected_version, fencing_token)
+
+
+async def test_a_settle_whose_release_times_out_raises_a_store_error(monkeypatch: Any) -> None:
+    monkeypatch.setattr(loop, "_RELEASE_TIMEOUT", 0.3)
+    store = _HangingStore()
+
+    async def boom(event: ProgressEvent) -> None:  # the sink fails, and the store is down
+        store.mode = "fail"
+        raise HostFailure
+
+    async with ReplayServer([ReplayTurn.from_file(FINAL)]) as server:
+        with pytest.raises(HostFailure):
+            await runner(server.base_url, registry([]), store, progress=boom).start("hi")
+        (stuck,) = await store.list_operations()
+        assert stuck.owner is not None  # the start could not release it
+        store.mode = "hang"
+        late = runner(server.base_url, registry([]), store, claim_stale_after=1e-6)
+        await anyio.sleep(0.01)
+        # A retry policy keyed on the store's errors must see this one (not a bare
+        # TimeoutError of callgate's own making).
+        with pytest.raises(StoreUnavailable, match="timed out"):
+            await late.resume(stuck.operation_id)
+
+
+class HostFailure(Exception):
+    pass

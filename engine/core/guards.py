@@ -15,7 +15,6 @@ another process. This module never reads a clock and never awaits.
 from __future__ import annotations
 
 import enum
-import math
 import re
 from collections.abc import Mapping
 from decimal import Decimal
@@ -39,6 +38,9 @@ __all__ = [
 ]
 
 _MILLION = Decimal(1_000_000)
+# No operation runs for a year; anything above (an int past float's range included) is a
+# mistake, and inf or NaN have no JSON form to keep with the operation.
+_MAX_DEADLINE = 366 * 86_400.0
 
 Price = tuple[Decimal | float | int, Decimal | float | int]
 """(price per 1M input tokens, price per 1M output tokens), in the host's currency."""
@@ -110,7 +112,7 @@ class Budgets(msgspec.Struct, frozen=True, kw_only=True):
         if (
             not isinstance(deadline, int | float)
             or isinstance(deadline, bool)
-            or not (math.isfinite(deadline) and deadline > 0)
+            or not (0 < deadline < _MAX_DEADLINE)
         ):
             # Finite: the budgets are kept with the operation as JSON, which has no inf.
             raise ConfigError("Budgets.deadline_seconds must be a finite number > 0")

@@ -135,8 +135,10 @@ async def execute_calls(
     operation's deadline) passes are cancelled and answered ``timeout`` (or
     ``outcome_unknown`` for side effects)."""
     results: list[CallResult | None] = [None] * len(items)
-    # Start times by position; None until the call got its limiter slots and began.
-    started: list[float | None] = [None] * len(items)
+    # (start time, idempotency key) by position; None until the call got its limiter
+    # slots and began. The key is the one taken before the handler ran: a handler may
+    # change its arguments in place, and a key computed again after would disown it.
+    started: list[tuple[float, str | None] | None] = [None] * len(items)
     budget = remaining_seconds if math.isfinite(remaining_seconds) else None
     try:
         with anyio.move_on_after(budget):
@@ -156,8 +158,9 @@ async def execute_calls(
         result = results[i]
         if result is None:  # cancelled by the operation deadline: still a result
             began = started[i]
-            elapsed = (ctx.clock() - began) * 1000 if began is not None else 0.0
+            elapsed = (ctx.clock() - began[0]) * 1000 if began is not None else 0.0
             side = item.spec.is_side_effect and began is not None
+            key = began[1] if began is not None else _key_of(item, ctx)[0]  # (none ran)
             code = ErrorCode.OUTCOME_UNKNOWN if side else ErrorCode.TIMEOUT
             result = CallResult(
                 call=item.call,
@@ -168,7 +171,7 @@ async def execute_calls(
                 status=code.value,
                 duration_ms=elapsed,
                 ran=began is not None,
-                idempotency_key=_key_of(item, ctx)[0],  # the key the call held, if any
+                idempotency_key=key,  # the key the call held, if any
                 detail="cancelled by the operation deadline",
             )
         out.append(result)
@@ -222,7 +225,7 @@ async def _run_one(
     item: Executable,
     ctx: DispatchContext,
     results: list[CallResult | None],
-    started: list[float | None],
+    started: list[tuple[float, str | None] | None],
 ) -> None:
     spec = item.spec
     tool_limiter = ctx.tool_limiter(spec)
@@ -249,12 +252,16 @@ async def _run_one(
 
 
 async def _run_limited(
-    i: int, item: Executable, ctx: DispatchContext, started: list[float | None], slots: _Slots
+    i: int,
+    item: Executable,
+    ctx: DispatchContext,
+    started: list[tuple[float, str | None] | None],
+    slots: _Slots,
 ) -> CallResult:
     spec = item.spec
     start = ctx.clock()
-    started[i] = start
     key, key_error = _key_of(item, ctx)
+    started[i] = (start, key)
 
     def done(
         model_result: dict[str, Any],

@@ -41,6 +41,7 @@ from callgate.engine.core.validation import (
     ApprovalDecision,
 )
 from callgate.engine.store.base import OperationRecord, Store
+from callgate.engine.store.errors import StoreUnavailable
 
 from .decisions import collect_decisions
 from .operation import (
@@ -430,7 +431,7 @@ class Runner:
             f"callgate: releasing the claim on {operation_id} timed out; it stays "
             "claimed until claim_stale_after"
         )
-        return TimeoutError(f"releasing the claim on {operation_id} timed out")
+        return StoreUnavailable(f"releasing the claim on {operation_id} timed out")
 
     async def _mark_past_pause(self, operation_id: str, token: int, marks: DriveMarks) -> None:
         """Persist that a resumed drive is about to ask the model again: the row leaves

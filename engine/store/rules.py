@@ -148,6 +148,11 @@ def decide(
     if not isinstance(approver, str) or not approver.strip():
         # The approval id audits who approved which action: an anonymous one audits nothing.
         raise ConfigError(f"deciding approval {current.approval_id}: the approver must be named")
+    for label, text in (("approver", approver), ("reason", reason)):
+        # Both go into the audit trail (canonical JSON) and the stores (UTF-8 text): a
+        # lone surrogate (surrogateescape'd argv bytes) would fail every later resume.
+        if text is not None and not (isinstance(text, str) and _encodable(text)):
+            raise ConfigError(f"deciding approval {current.approval_id}: the {label} is not text")
     status = current.status
     if status is ApprovalStatus.EXPIRED:
         raise ApprovalExpired(current.approval_id, status)
@@ -163,6 +168,14 @@ def decide(
         decided_at=now,
     )
     return decided, None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def consume(current: ApprovalRecord, now: float) -> tuple[ApprovalRecord, ApprovalError | None]:
