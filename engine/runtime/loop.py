@@ -223,8 +223,8 @@ class Runner:
         If this resume raises (or is cancelled), its claim is released before the error
         propagates. A failure before the resumed drive sent its first model request leaves
         the pause as last persisted, so the next resume by any worker replays the approved
-        calls (consumed approvals still count, the idempotency ledger answers calls that
-        already ran). Once the drive has asked the model again, an exception ends the
+        calls (consumed approvals still count until they no longer hold, then it
+        escalates; the idempotency ledger answers calls that already ran). Once the drive has asked the model again, an exception ends the
         operation ``escalated`` (``DRIVE_FAILED``), as a failed start does: a replay would
         ask the model again, and a call reworded under a new idempotency key would repeat
         its side effect. The same holds for a cancelled resume, and for a worker that dies:
