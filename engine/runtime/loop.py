@@ -224,10 +224,10 @@ class Runner:
         propagates. A failure before the resumed drive sent its first model request leaves
         the pause as last persisted, so the next resume by any worker replays the approved
         calls (consumed approvals still count until they no longer hold, then it
-        escalates; the idempotency ledger answers calls that already ran). Once the drive has asked the model again, an exception ends the
-        operation ``escalated`` (``DRIVE_FAILED``), as a failed start does: a replay would
-        ask the model again, and a call reworded under a new idempotency key would repeat
-        its side effect. The same holds for a cancelled resume, and for a worker that dies:
+        escalates; the idempotency ledger answers calls that already ran). Once the drive
+        has asked the model again, an exception ends the operation ``escalated``
+        (``DRIVE_FAILED``), as a failed start does: a replay would ask the model again, and
+        a call reworded under a new idempotency key would repeat its side effect. The same holds for a cancelled resume, and for a worker that dies:
         before its first model request the drive persists the operation as past its pause
         (``model_requested``), so a later ``resume`` settles it ``escalated`` (once its
         claim is stale) instead of replaying it. An operation started on another provider
