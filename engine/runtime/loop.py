@@ -227,11 +227,12 @@ class Runner:
         escalates; the idempotency ledger answers calls that already ran). Once the drive
         has asked the model again, an exception ends the operation ``escalated``
         (``DRIVE_FAILED``), as a failed start does: a replay would ask the model again, and
-        a call reworded under a new idempotency key would repeat its side effect. The same holds for a cancelled resume, and for a worker that dies:
-        before its first model request the drive persists the operation as past its pause
-        (``model_requested``), so a later ``resume`` settles it ``escalated`` (once its
-        claim is stale) instead of replaying it. An operation started on another provider
-        than this runner's raises ``ConfigError`` and stays paused."""
+        a call reworded under a new idempotency key would repeat its side effect. The same
+        holds for a cancelled resume, and for a worker that dies: before its first model
+        request the drive persists the operation as past its pause (``model_requested``),
+        so a later ``resume`` settles it ``escalated`` (once its claim is stale) instead of
+        replaying it. An operation started on another provider than this runner's raises
+        ``ConfigError`` and stays paused."""
         store = self._need_store()
         now = self._clock()
         token = await store.claim_operation(
