@@ -9,7 +9,8 @@ Rejected: invalid UTF-8, lone surrogates (raw or escaped), invalid JSON, trailin
 NaN/Infinity, numbers out of float range, a top-level value that is not an object,
 duplicate keys in any object, and nesting deeper than ``Limits.max_json_depth``.
 Integers keep full precision (msgspec decodes big integers exactly; orjson would turn
-them into floats, silently changing the value).
+them into floats, silently changing the value) up to msgspec's limit of 4,300 digits;
+a longer one is rejected ("Integer value out of range"), never rounded.
 
 Memory: one decode of a text with a long escaped string needs msgspec's unescape buffer
 beside the input and the result (three times the text, briefly). Text longer than
