@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from callgate.adapters.render import RenderCall, render_turn
-from callgate.engine.core.registry import Registry
+from callgate.engine.core.registry import Registry, RiskClass, ToolContext, ToolSpec
 from callgate.engine.core.states import INITIAL, TRANSITIONS, OpInput, OpState
 from callgate.engine.runtime.loop import Runner
 from callgate.engine.runtime.progress import ProgressEvent, StateChanged
@@ -146,3 +146,53 @@ def wire_results(provider: str, request: ReceivedRequest) -> list[WireResult]:
 def _loads(text: Any) -> Any:
     assert isinstance(text, str), text
     return msgspec.json.decode(text)
+
+
+class OrderArgs(msgspec.Struct, forbid_unknown_fields=True):
+    order_id: str
+
+
+def refund_and_lookup(ran: list[str], refund_policy: Any = None) -> Registry:
+    """An irreversible ``refund`` (needs approval) and a read ``get_order``, both over an
+    order id; each run is appended to ``ran`` as "<tool> <order_id>"."""
+
+    def refund(args: OrderArgs, ctx: ToolContext) -> dict[str, object]:
+        ran.append(f"refund {args.order_id}")
+        return {"refunded": True}
+
+    def get_order(args: OrderArgs, ctx: ToolContext) -> dict[str, object]:
+        ran.append(f"get_order {args.order_id}")
+        return {"status": "shipped"}
+
+    return Registry(
+        [
+            ToolSpec(
+                name="refund",
+                description="Refund an order.",
+                args_type=OrderArgs,
+                handler=refund,
+                risk=RiskClass.IRREVERSIBLE,
+                policy=refund_policy,
+            ),
+            ToolSpec(
+                name="get_order",
+                description="Look up an order.",
+                args_type=OrderArgs,
+                handler=get_order,
+                risk=RiskClass.READ,
+            ),
+        ]
+    )
+
+
+def chat_runner(base_url: str, registry: Registry, store: Any, **kw: Any) -> Runner:
+    """A Chat Completions runner on the loopback replay server at ``base_url``."""
+    kw.setdefault("retry", FAST_RETRY)
+    return Runner(
+        provider="openai_chat",
+        model="gpt-4o",
+        registry=registry,
+        endpoint=ProviderEndpoint(base_url=base_url, api_key="sk-test"),
+        store=store,
+        **kw,
+    )

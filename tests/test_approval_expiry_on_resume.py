@@ -20,26 +20,21 @@ import msgspec
 import pytest
 
 from callgate.engine.cli_audit import verify_file
-from callgate.engine.core.registry import Decision, Registry, RiskClass, ToolContext, ToolSpec
+from callgate.engine.core.registry import Decision, Registry
 from callgate.engine.core.states import OpInput, OpState
 from callgate.engine.runtime.audit_sink import JsonlAuditSink
 from callgate.engine.runtime.loop import Runner
 from callgate.engine.runtime.progress import ProgressEvent, StateChanged
 from callgate.engine.runtime.replay import ReplayServer
-from callgate.engine.runtime.transport import ProviderEndpoint
 from callgate.engine.store.base import ApprovalStatus
 from callgate.engine.store.sqlite import SQLiteStore
 
-from .loop_helpers import FAST_RETRY, turn
+from .loop_helpers import chat_runner, refund_and_lookup, turn
 
 pytestmark = pytest.mark.anyio
 P = "openai_chat"
 T0 = 1_800_000_000.0
 TTL = 3600.0
-
-
-class OrderArgs(msgspec.Struct, forbid_unknown_fields=True):
-    order_id: str
 
 
 class Clock:
@@ -50,47 +45,8 @@ class Clock:
         return self.t
 
 
-def _registry(ran: list[str], refund_policy: Any = None) -> Registry:
-    def refund(args: OrderArgs, ctx: ToolContext) -> dict[str, object]:
-        ran.append(f"refund {args.order_id}")
-        return {"refunded": True}
-
-    def get_order(args: OrderArgs, ctx: ToolContext) -> dict[str, object]:
-        ran.append(f"get_order {args.order_id}")
-        return {"status": "shipped"}
-
-    return Registry(
-        [
-            ToolSpec(
-                name="refund",
-                description="Refund an order.",
-                args_type=OrderArgs,
-                handler=refund,
-                risk=RiskClass.IRREVERSIBLE,
-                policy=refund_policy,
-            ),
-            ToolSpec(
-                name="get_order",
-                description="Look up an order.",
-                args_type=OrderArgs,
-                handler=get_order,
-                risk=RiskClass.READ,
-            ),
-        ]
-    )
-
-
 def _runner(server: ReplayServer, reg: Registry, store: SQLiteStore, **kw: Any) -> Runner:
-    return Runner(
-        provider=P,
-        model="gpt-4o",
-        registry=reg,
-        endpoint=ProviderEndpoint(base_url=server.base_url, api_key="sk-test"),
-        store=store,
-        retry=FAST_RETRY,
-        approval_ttl=TTL,
-        **kw,
-    )
+    return chat_runner(server.base_url, reg, store, approval_ttl=TTL, **kw)
 
 
 class SinkFailed(Exception):
@@ -102,9 +58,12 @@ async def _fails_on_results(event: ProgressEvent) -> None:
         raise SinkFailed  # after the approved call ran, before the model is asked again
 
 
-async def test_a_replayed_resume_past_the_approvals_expiry_escalates(tmp_path: Path) -> None:
+@pytest.mark.parametrize("expired", [True, False], ids=["past-expiry", "before-expiry"])
+async def test_a_replayed_resume_escalates_past_the_approvals_expiry_only(
+    tmp_path: Path, expired: bool
+) -> None:
     ran: list[str] = []
-    reg, clock = _registry(ran), Clock()
+    reg, clock = refund_and_lookup(ran), Clock()
     turns = [turn(P, calls=[("c1", "refund", '{"order_id":"A"}')]), turn(P, text="Done.")]
     async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
         paused = await _runner(server, reg, store, clock=clock).start("Refund A")
@@ -115,39 +74,24 @@ async def test_a_replayed_resume_past_the_approvals_expiry_escalates(tmp_path: P
         with pytest.raises(SinkFailed):
             await failing.resume(paused.operation_id)
         assert ran == ["refund A"]  # ran, and the pause is left to be replayed
-        clock.t = T0 + TTL  # the approval has expired (whatever the ledger still holds)
+        # Past the expiry (whatever the ledger still holds), or just before it.
+        clock.t = T0 + TTL if expired else T0 + TTL - 1
         done = await _runner(server, reg, store, clock=clock).resume(paused.operation_id)
-        assert len(server.requests) == 1  # the model was never asked again
-    assert done.state is OpState.ESCALATED and done.stop is not None
-    assert done.stop.input is OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
-    assert "c1" in done.stop.reason and "expired" in done.stop.reason
-    assert ran == ["refund A"]
-
-
-async def test_a_replayed_resume_before_the_expiry_is_answered_by_the_ledger(
-    tmp_path: Path,
-) -> None:
-    ran: list[str] = []
-    reg, clock = _registry(ran), Clock()
-    turns = [turn(P, calls=[("c1", "refund", '{"order_id":"A"}')]), turn(P, text="Done.")]
-    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
-        paused = await _runner(server, reg, store, clock=clock).start("Refund A")
-        (approval_id,) = paused.pending_approvals
-        await store.decide_approval(approval_id, True, "alice", "ok", now=T0 + 10)
-        clock.t = T0 + 20
-        failing = _runner(server, reg, store, clock=clock, progress=_fails_on_results)
-        with pytest.raises(SinkFailed):
-            await failing.resume(paused.operation_id)
-        clock.t = T0 + TTL - 1
-        done = await _runner(server, reg, store, clock=clock).resume(paused.operation_id)
-    assert done.state is OpState.COMPLETED
-    assert [c.status for c in done.calls] == ["replayed"]
+        if expired:
+            assert len(server.requests) == 1  # the model was never asked again
+    if expired:
+        assert done.state is OpState.ESCALATED and done.stop is not None
+        assert done.stop.input is OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
+        assert "c1" in done.stop.reason and "expired" in done.stop.reason
+    else:  # answered by the ledger
+        assert done.state is OpState.COMPLETED
+        assert [c.status for c in done.calls] == ["replayed"]
     assert ran == ["refund A"]
 
 
 async def test_a_resume_that_pauses_again_asks_again_for_what_it_consumed(tmp_path: Path) -> None:
     ran: list[str] = []
-    base, clock = _registry(ran), Clock()
+    base, clock = refund_and_lookup(ran), Clock()
     # Between the pause and the resume a deploy made get_order approval-gated.
     gated = Registry(
         [base.get("refund"), dataclasses.replace(base.get("get_order"), approval=True)]
@@ -193,7 +137,7 @@ async def test_a_consumed_approval_of_a_call_refused_at_a_repause_is_dropped(
     def refund_policy(ctx: Any, args: Any) -> Decision | bool:
         return Decision(allowed=False, reason="refunds frozen") if frozen[0] else True
 
-    base, clock = _registry(ran, refund_policy), Clock()
+    base, clock = refund_and_lookup(ran, refund_policy), Clock()
     gated = Registry(
         [base.get("refund"), dataclasses.replace(base.get("get_order"), approval=True)]
     )
@@ -228,7 +172,7 @@ async def test_a_consumed_approval_of_a_call_refused_at_a_repause_is_dropped(
 
 async def test_who_decided_is_in_the_chained_audit_trail(tmp_path: Path) -> None:
     ran: list[str] = []
-    reg, clock = _registry(ran), Clock()
+    reg, clock = refund_and_lookup(ran), Clock()
     trail = tmp_path / "audit.jsonl"
     turns = [turn(P, calls=[("c1", "refund", '{"order_id":"A"}')]), turn(P, text="Done.")]
     async with (

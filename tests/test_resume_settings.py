@@ -14,63 +14,21 @@ import msgspec
 import pytest
 
 from callgate.engine.core.guards import Budgets
-from callgate.engine.core.registry import Registry, RiskClass, ToolContext, ToolSpec
+from callgate.engine.core.registry import Registry
 from callgate.engine.core.states import OpInput, OpState
 from callgate.engine.runtime.loop import Runner
 from callgate.engine.runtime.replay import ReplayServer
-from callgate.engine.runtime.transport import ProviderEndpoint
 from callgate.engine.store.sqlite import SQLiteStore
 
-from .loop_helpers import FAST_RETRY, turn
+from .loop_helpers import chat_runner, refund_and_lookup, turn
 
 pytestmark = pytest.mark.anyio
 P = "openai_chat"
 RULES = "HOST RULES: never refund above 5."
 
 
-class OrderArgs(msgspec.Struct, forbid_unknown_fields=True):
-    order_id: str
-
-
-def _registry(ran: list[str]) -> Registry:
-    def refund(args: OrderArgs, ctx: ToolContext) -> dict[str, object]:
-        ran.append(f"refund {args.order_id}")
-        return {"refunded": True}
-
-    def get_order(args: OrderArgs, ctx: ToolContext) -> dict[str, object]:
-        ran.append(f"get_order {args.order_id}")
-        return {"status": "shipped"}
-
-    return Registry(
-        [
-            ToolSpec(
-                name="refund",
-                description="Refund an order.",
-                args_type=OrderArgs,
-                handler=refund,
-                risk=RiskClass.IRREVERSIBLE,
-            ),
-            ToolSpec(
-                name="get_order",
-                description="Look up an order.",
-                args_type=OrderArgs,
-                handler=get_order,
-                risk=RiskClass.READ,
-            ),
-        ]
-    )
-
-
 def _runner(server: ReplayServer, reg: Registry, store: SQLiteStore, **kw: Any) -> Runner:
-    return Runner(
-        provider=P,
-        model="gpt-4o",
-        registry=reg,
-        endpoint=ProviderEndpoint(base_url=server.base_url, api_key="sk-test"),
-        store=store,
-        retry=FAST_RETRY,
-        **kw,
-    )
+    return chat_runner(server.base_url, reg, store, **kw)
 
 
 def _turns() -> list[Any]:
@@ -102,7 +60,7 @@ async def test_a_resume_by_a_runner_with_defaults_keeps_the_operations_settings(
     tmp_path: Path,
 ) -> None:
     ran: list[str] = []
-    reg = _registry(ran)
+    reg = refund_and_lookup(ran)
     settings = {
         "budgets": Budgets(max_turns=2),
         "system": RULES,
@@ -122,7 +80,7 @@ async def test_a_snapshot_from_before_settings_were_kept_resumes_under_the_runne
     tmp_path: Path,
 ) -> None:
     ran: list[str] = []
-    reg = _registry(ran)
+    reg = refund_and_lookup(ran)
     async with ReplayServer(_turns()) as server, SQLiteStore(tmp_path / "db") as store:
         op_id = await _approved(server, reg, store, system="another prompt")
         row = await store.get_operation(op_id)
@@ -145,7 +103,7 @@ async def test_approvals_a_resume_requests_keep_the_operations_approval_ttl(
     tmp_path: Path,
 ) -> None:
     ran: list[str] = []
-    reg = _registry(ran)
+    reg = refund_and_lookup(ran)
     turns = [
         turn(P, calls=[("c1", "refund", '{"order_id":"A1"}')]),
         turn(P, calls=[("c2", "refund", '{"order_id":"A2"}')]),  # needs approval again

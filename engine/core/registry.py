@@ -27,7 +27,6 @@ from .adapter import ToolDeclaration
 from .audit import parse_path
 from .canonical import digest_fields
 from .errors import ConfigError
-from .sets import has_set_fields
 
 __all__ = [
     "ApprovalRule",
@@ -201,14 +200,14 @@ class ToolSpec:
             schema = msgspec.json.schema(self.args_type)
         except (TypeError, ValueError) as exc:  # e.g. a constraint the type cannot carry
             raise ConfigError(f"{self.name}: unusable argument type: {exc}") from None
-        _check_strict_struct(self.name, info)
+        has_sets = _check_strict_struct(self.name, info)
         parameters = _inline_schema(self.name, schema)
         for path in self.sensitive_paths:
             _check_sensitive_path(self.name, parameters, path)
         for path in self.sensitive_result_paths:
             _check_result_path(self.name, path)
         object.__setattr__(self, "parameters", parameters)
-        object.__setattr__(self, "set_fields", info if has_set_fields(info) else None)
+        object.__setattr__(self, "set_fields", info if has_sets else None)
 
     @property
     def is_side_effect(self) -> bool:
@@ -329,7 +328,7 @@ _ANNOTATIONS = frozenset(
 )
 
 
-def _check_strict_struct(tool: str, info: msgspec.inspect.Type) -> None:
+def _check_strict_struct(tool: str, info: msgspec.inspect.Type) -> bool:
     """Every Struct reachable from the argument type must forbid unknown fields; types
     that silently drop unknown keys (dataclass, TypedDict, ...) are refused, and so are
     the ones validation could not hold to what the model sent: ``Decimal`` (msgspec
@@ -337,9 +336,11 @@ def _check_strict_struct(tool: str, info: msgspec.inspect.Type) -> None:
     "١٠" and "NaN" from a string: a call could run on an amount nobody sent, and "10" and
     "10.00" would be two idempotency keys for one refund), dicts keyed by anything but
     strings (JSON keys are strings: no call could validate), and constraints given in
-    ``extra_json_schema`` (never enforced)."""
+    ``extra_json_schema`` (never enforced). Returns whether a set type is reachable
+    (validation then checks its arrays for repeats: ``sets.repeats_in_sets``)."""
     stack = [info]
     seen: set[type] = set()
+    has_sets = False
     while stack:
         t = stack.pop()
         if isinstance(t, msgspec.inspect.Metadata):
@@ -384,6 +385,9 @@ def _check_strict_struct(tool: str, info: msgspec.inspect.Type) -> None:
             | msgspec.inspect.FrozenSetType
             | msgspec.inspect.VarTupleType,
         ):
+            has_sets = has_sets or isinstance(
+                t, msgspec.inspect.SetType | msgspec.inspect.FrozenSetType
+            )
             stack.append(t.item_type)
         elif isinstance(t, msgspec.inspect.TupleType):
             stack.extend(t.item_types)
@@ -393,6 +397,7 @@ def _check_strict_struct(tool: str, info: msgspec.inspect.Type) -> None:
             stack.extend((t.key_type, t.value_type))
         elif isinstance(t, msgspec.inspect.UnionType):
             stack.extend(t.types)
+    return has_sets
 
 
 def _str_keyed(key: msgspec.inspect.Type) -> bool:

@@ -4,7 +4,8 @@ msgspec reads a JSON array into a ``set``/``frozenset`` field and drops repeated
 ``[7, 7, 8]`` reaches the handler as ``{7, 8}``. That is a repair (the schema the model
 was shown says ``uniqueItems``), so validation refuses such a call instead; this module
 finds the repeat. It walks the argument type beside the parsed JSON value, and only for
-tools whose argument type holds a set (``set_fields``), so other calls pay nothing.
+tools whose argument type holds a set (``ToolSpec.set_fields``, found by the registry's
+walk of the type when the spec is built), so other calls pay nothing.
 """
 
 from __future__ import annotations
@@ -16,25 +17,10 @@ import msgspec
 from .canonical import canonical_json
 from .errors import ConfigError
 
-__all__ = ["has_set_fields", "repeats_in_sets"]
+__all__ = ["repeats_in_sets"]
 
 _I = msgspec.inspect
 _SETS = (_I.SetType, _I.FrozenSetType)
-
-
-def has_set_fields(info: _I.Type) -> bool:
-    """Whether a set type is reachable from ``info`` (an argument type's type info)."""
-    stack, seen = [info], set()
-    while stack:
-        t = stack.pop()
-        if isinstance(t, _SETS):
-            return True
-        if isinstance(t, _I.StructType):
-            if t.cls in seen:
-                continue
-            seen.add(t.cls)
-        stack.extend(_children(t))
-    return False
 
 
 def repeats_in_sets(info: _I.Type, value: Any) -> bool:
@@ -69,19 +55,3 @@ def _key(item: Any) -> bytes:
         return canonical_json(item)
     except ConfigError:  # (no canonical form: validation refuses the call anyway)
         return repr(item).encode()
-
-
-def _children(t: _I.Type) -> list[_I.Type]:
-    if isinstance(t, _I.Metadata):
-        return [t.type]
-    if isinstance(t, _I.StructType):
-        return [f.type for f in t.fields]
-    if isinstance(t, _I.ListType | _I.VarTupleType | _I.SetType | _I.FrozenSetType):
-        return [t.item_type]
-    if isinstance(t, _I.TupleType):
-        return list(t.item_types)
-    if isinstance(t, _I.DictType):
-        return [t.key_type, t.value_type]
-    if isinstance(t, _I.UnionType):
-        return list(t.types)
-    return []

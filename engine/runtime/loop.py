@@ -409,11 +409,7 @@ class Runner:
                     return None  # released by the drive itself, or taken over: not ours now
                 changes: dict[str, Any] = {"owner": None, "updated_at": self._clock()}
                 if stop is not None:
-                    snap = decode_snapshot(record.snapshot, operation_id)
-                    snap.state, snap.stop = stop.state, stop
-                    if marks is not None and marks.audit is not None:
-                        snap.audit_seq, snap.audit_head = marks.audit  # the trail's end
-                    changes.update(state=stop.state.value, snapshot=msgspec.json.encode(snap))
+                    changes.update(_restated(record, stop.state, marks, stop=stop))
                 await store.save_operation(
                     msgspec.structs.replace(record, **changes),
                     expected_version=record.version,
@@ -444,17 +440,9 @@ class Runner:
         record = await store.get_operation(operation_id)
         if record is None:
             raise StoreError(f"no operation {operation_id}")
-        snap = decode_snapshot(record.snapshot, operation_id)
-        snap.state = OpState.MODEL_REQUESTED
-        if marks.audit is not None:  # the records this drive wrote: where a settle ends
-            snap.audit_seq, snap.audit_head = marks.audit
+        changes = _restated(record, OpState.MODEL_REQUESTED, marks)
         await store.save_operation(
-            msgspec.structs.replace(
-                record,
-                state=snap.state.value,
-                snapshot=msgspec.json.encode(snap),
-                updated_at=self._clock(),
-            ),
+            msgspec.structs.replace(record, **changes, updated_at=self._clock()),
             expected_version=record.version,
             fencing_token=token,
         )
@@ -512,6 +500,26 @@ class Runner:
             calls=tuple(snap.calls),
             pending_approvals=pending,
         )
+
+
+def _restated(
+    record: OperationRecord,
+    state: OpState,
+    marks: DriveMarks | None,
+    *,
+    stop: StopInfo | None = None,
+) -> dict[str, Any]:
+    """The row's persisted snapshot (the pause, or the operation as created: never a
+    failed drive's mid-step one) moved to ``state``, stopped with ``stop`` if given, with
+    the audit head of the records ``marks``' drive wrote (where a verifier must find the
+    trail's end): the changes for ``save_operation``."""
+    snap = decode_snapshot(record.snapshot, record.operation_id)
+    snap.state = state
+    if stop is not None:
+        snap.stop = stop
+    if marks is not None and marks.audit is not None:
+        snap.audit_seq, snap.audit_head = marks.audit
+    return {"state": state.value, "snapshot": msgspec.json.encode(snap)}
 
 
 def _drive_failed(what: str) -> StopInfo:

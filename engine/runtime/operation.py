@@ -137,9 +137,9 @@ class DriveMarks:
 
     __slots__ = ("asked_model", "audit", "before_first_ask")
 
-    def __init__(self, before_first_ask: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(self) -> None:
         self.asked_model = False
-        self.before_first_ask = before_first_ask
+        self.before_first_ask: Callable[[], Awaitable[None]] | None = None
         # Where the drive's audit chain stands (seq, head): an operation its failure ends
         # keeps the head of the records the drive wrote, so ``--expected-head`` verifies.
         self.audit: tuple[int, str] | None = None
