@@ -3,7 +3,8 @@ the model may word a call that already ran differently (a new idempotency key), 
 side effect would run twice. Whether the resume raised, was cancelled (the host's request
 timed out) or its worker died without a word, the operation ends ``escalated``, and every
 side effect ran once. An operation a failed drive ended keeps the head of the audit
-records that drive wrote. Real SQLite file store, real loopback replay server."""
+records that drive wrote, the last of them its move to escalated. Real SQLite file
+store, real loopback replay server."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ import msgspec
 import pytest
 
 from callgate.adapters.render import RenderCall, render_turn
+from callgate.engine.core.audit import verify_trail
 from callgate.engine.core.registry import Registry, RiskClass, ToolContext, ToolSpec
 from callgate.engine.core.states import OpInput, OpState
-from callgate.engine.runtime.audit_sink import JsonlAuditSink
+from callgate.engine.runtime.audit_sink import JsonlAuditSink, MemoryAuditSink
 from callgate.engine.runtime.loop import Runner
 from callgate.engine.runtime.operation import SNAPSHOT_DECODER
 from callgate.engine.runtime.replay import ReplayServer, ReplayTurn
@@ -123,20 +125,33 @@ async def _stop_of(store: SQLiteStore, op_id: str) -> str:
 async def test_a_resume_cancelled_after_asking_the_model_ends_escalated(tmp_path: Path) -> None:
     effects: list[str] = []
     reg = _registry(effects)
+    sink = MemoryAuditSink()
     async with ReplayServer(_turns()) as server, SQLiteStore(tmp_path / "db") as store:
-        op_id = await _approved_pause(server, reg, store)
+        paused = await _runner(server, reg, store, audit=sink.write).start("Refund A1")
+        (approval_id,) = paused.pending_approvals
+        await store.decide_approval(approval_id, True, "alice", "ok", now=time.time())
+        op_id = paused.operation_id
         with anyio.move_on_after(10) as scope:  # cut by the host, not by this bound
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_runner(server, reg, store).resume, op_id)
+                tg.start_soon(_runner(server, reg, store, audit=sink.write).resume, op_id)
                 await _wait_for_requests(server, 3)  # the slow final turn was asked for
                 tg.cancel_scope.cancel()
         assert not scope.cancelled_caught
         assert "after asking the model" in await _stop_of(store, op_id)
         asked = len(server.requests)
-        again = await _runner(server, reg, store).resume(op_id)
+        again = await _runner(server, reg, store, audit=sink.write).resume(op_id)
         assert again.state is OpState.ESCALATED
         assert len(server.requests) == asked  # never replayed: the model was not asked again
+        row = await store.get_operation(op_id)
     assert effects == ["refund A1", "email Refund issued."]
+    # One unbroken trail, its last record the cancelled drive's end, from where it stood.
+    assert row is not None
+    snap = SNAPSHOT_DECODER.decode(row.snapshot)
+    report = verify_trail(sink.lines, expected_head=snap.audit_head)
+    assert report.ok and report.count == len(sink.records), report.reason
+    end = sink.records[-1]
+    assert end.kind == "state" and end.data["input"] == OpInput.DRIVE_FAILED.value
+    assert (end.data["from"], end.data["to"]) == ("model_requested", "escalated")
 
 
 async def test_a_resume_whose_worker_went_silent_is_settled_not_replayed(tmp_path: Path) -> None:
@@ -202,6 +217,13 @@ async def test_an_operation_a_failed_drive_ended_keeps_the_head_of_its_trail(
     snap = SNAPSHOT_DECODER.decode(row.snapshot)
     lines = trail.read_bytes().splitlines()
     assert snap.audit_seq == len(lines) > 0
+    # The trail's last record is the move to escalated, from the state the drive was in.
+    last = msgspec.json.decode(lines[-1])
+    assert last["kind"] == "state" and last["seq"] == len(lines) - 1
+    assert last["data"]["from"] == OpState.EXECUTING.value
+    assert last["data"]["to"] == OpState.ESCALATED.value
+    assert last["data"]["input"] == OpInput.DRIVE_FAILED.value
+    assert "the drive raised StoreUnavailable" in last["data"]["reason"]
     # The stored head is the trail's last record: `audit verify --expected-head` holds.
     verify = ["audit", "verify", str(trail), "--operation", "op1"]
     proc = await anyio.run_process(
@@ -209,6 +231,38 @@ async def test_an_operation_a_failed_drive_ended_keeps_the_head_of_its_trail(
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+async def test_a_sink_that_fails_at_the_end_costs_only_the_record_of_the_end(
+    tmp_path: Path,
+) -> None:
+    """The drive fails because its audit sink does; the record of its end cannot be
+    written either. The operation still ends escalated, and the stored head is the last
+    record the sink took, so the trail still verifies against it."""
+    written: list[Any] = []
+    full: list[bool] = []
+
+    async def sink(record: Any) -> None:
+        if full or (record.kind == "state" and record.data["to"] == OpState.EXECUTING.value):
+            full.append(True)  # from here on the disk stays full
+            raise OSError("disk full (simulated)")
+        written.append(record)
+
+    effects: list[str] = []
+    turns = [_turn(("c1", "send_email", '{"to":"bob@x","body":"hi"}')), _turn(text="Done.")]
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        with pytest.raises(OSError):
+            await _runner(server, _registry(effects), store, audit=sink).start(
+                "Email Bob", operation_id="op1"
+            )
+        assert "the drive raised OSError" in await _stop_of(store, "op1")
+        row = await store.get_operation("op1")
+    assert row is not None and effects == [] and written
+    snap = SNAPSHOT_DECODER.decode(row.snapshot)
+    assert row.state == OpState.ESCALATED.value
+    assert (snap.audit_seq, snap.audit_head) == (len(written), written[-1].digest)
+    assert [r.data.get("to") for r in written if r.kind == "state"][-1] == "validating"
+    assert len(full) == 2  # the end's record was tried, and lost with the disk
 
 
 class _Wrapped:

@@ -409,7 +409,9 @@ class Runner:
                     return None  # released by the drive itself, or taken over: not ours now
                 changes: dict[str, Any] = {"owner": None, "updated_at": self._clock()}
                 if stop is not None:
-                    changes.update(_restated(record, stop.state, marks, stop=stop))
+                    snap = decode_snapshot(record.snapshot, operation_id)
+                    position = await self._record_end(snap, stop, marks)
+                    changes.update(_restated(snap, stop.state, position, stop=stop))
                 await store.save_operation(
                     msgspec.structs.replace(record, **changes),
                     expected_version=record.version,
@@ -430,6 +432,46 @@ class Runner:
         )
         return StoreUnavailable(f"releasing the claim on {operation_id} timed out")
 
+    async def _record_end(
+        self, snap: OperationSnapshot, stop: StopInfo, marks: DriveMarks | None
+    ) -> tuple[int, str] | None:
+        """Chain a failed drive's end (its move to ``stop.state``) into the audit trail
+        after the records that drive wrote, so the trail itself shows how the operation
+        ended. Returns where the chain then stands, for the snapshot (None: as persisted).
+        A sink that fails or stalls here costs only this record: the snapshot's stop still
+        says why, and the head stays the last record written. Without ``marks`` (settling
+        a dead worker's operation) nothing is appended: that worker may have written
+        records past the persisted head, and a record chained to the head would fork the
+        trail."""
+        if marks is None:
+            return None
+        position = marks.audit
+        if self._audit is None:
+            return position
+        seq, head = position or (snap.audit_seq, snap.audit_head)
+        old = marks.state or snap.state
+        chain = AuditChain(secret=self._audit_secret, start_seq=seq, prev_digest=head)
+        rec = chain.append(
+            "state",
+            ts=self._clock(),
+            operation_id=snap.operation_id,
+            call_id=None,
+            tool=None,
+            data={
+                "from": old.value,
+                "to": stop.state.value,
+                "input": stop.input.value,
+                "reason": stop.reason,
+            },
+        )
+        with anyio.move_on_after(_RELEASE_TIMEOUT / 2):
+            try:
+                await self._audit(rec)
+            except Exception:
+                return position
+            return (chain.next_seq, chain.head)
+        return position
+
     async def _mark_past_pause(self, operation_id: str, token: int, marks: DriveMarks) -> None:
         """Persist that a resumed drive is about to ask the model again: the row leaves
         ``waiting_approval`` (as ``model_requested``, the snapshot otherwise the pause as
@@ -440,7 +482,8 @@ class Runner:
         record = await store.get_operation(operation_id)
         if record is None:
             raise StoreError(f"no operation {operation_id}")
-        changes = _restated(record, OpState.MODEL_REQUESTED, marks)
+        snap = decode_snapshot(record.snapshot, operation_id)
+        changes = _restated(snap, OpState.MODEL_REQUESTED, marks.audit)
         await store.save_operation(
             msgspec.structs.replace(record, **changes, updated_at=self._clock()),
             expected_version=record.version,
@@ -503,22 +546,21 @@ class Runner:
 
 
 def _restated(
-    record: OperationRecord,
+    snap: OperationSnapshot,
     state: OpState,
-    marks: DriveMarks | None,
+    audit: tuple[int, str] | None,
     *,
     stop: StopInfo | None = None,
 ) -> dict[str, Any]:
-    """The row's persisted snapshot (the pause, or the operation as created: never a
-    failed drive's mid-step one) moved to ``state``, stopped with ``stop`` if given, with
-    the audit head of the records ``marks``' drive wrote (where a verifier must find the
-    trail's end): the changes for ``save_operation``."""
-    snap = decode_snapshot(record.snapshot, record.operation_id)
+    """The row's persisted snapshot ``snap`` (the pause, or the operation as created:
+    never a failed drive's mid-step one) moved to ``state``, stopped with ``stop`` if
+    given, with the audit position ``audit`` of the records the drive wrote (where a
+    verifier must find the trail's end): the changes for ``save_operation``."""
     snap.state = state
     if stop is not None:
         snap.stop = stop
-    if marks is not None and marks.audit is not None:
-        snap.audit_seq, snap.audit_head = marks.audit
+    if audit is not None:
+        snap.audit_seq, snap.audit_head = audit
     return {"state": state.value, "snapshot": msgspec.json.encode(snap)}
 
 

@@ -135,14 +135,17 @@ class DriveMarks:
     mark durable: ``before_first_ask`` (set by the runner for a resume) persists it
     before the first request leaves."""
 
-    __slots__ = ("asked_model", "audit", "before_first_ask")
+    __slots__ = ("asked_model", "audit", "before_first_ask", "state")
 
     def __init__(self) -> None:
         self.asked_model = False
         self.before_first_ask: Callable[[], Awaitable[None]] | None = None
         # Where the drive's audit chain stands (seq, head): an operation its failure ends
-        # keeps the head of the records the drive wrote, so ``--expected-head`` verifies.
+        # keeps the head of the records the drive wrote, so ``--expected-head`` verifies,
+        # and the trail's record of that end chains on from it.
         self.audit: tuple[int, str] | None = None
+        # The state the drive last moved the operation to (what its failure ends).
+        self.state: OpState | None = None
 
     async def asking(self) -> None:
         """Called just before every model request of the drive."""

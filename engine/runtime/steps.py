@@ -155,7 +155,7 @@ class OperationDrive:
 
     async def to(self, event: OpInput) -> None:
         old = self.snap.state
-        self.snap.state = transition(old, event)
+        self.snap.state = self.marks.state = transition(old, event)
         await self.record(
             "state", data={"from": old.value, "to": self.snap.state.value, "input": event.value}
         )
