@@ -13,6 +13,8 @@ from typing import Any
 import msgspec
 
 __all__ = [
+    "MAX_ERROR_CODE",
+    "MAX_ERROR_MESSAGE",
     "ContinuationItem",
     "IncompleteCall",
     "OutcomeKind",
@@ -85,14 +87,28 @@ def token_sum(*counts: int | None) -> int | None:
     return sum(present) if present else None
 
 
+# Provider error texts are kept (and persisted) for diagnostics only: bounded so that an
+# endpoint cannot fill a snapshot, a log line or an audit record with megabytes of text.
+MAX_ERROR_MESSAGE = 1000
+MAX_ERROR_CODE = 100
+
+
 class ProviderErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A provider-reported error. ``message`` is diagnostic text from the provider:
-    never shown to the model as a business status, never trusted."""
+    never shown to the model as a business status, never trusted. Longer texts than
+    ``MAX_ERROR_MESSAGE`` (message) and ``MAX_ERROR_CODE`` (code) characters are cut,
+    however the error was made (an adapter, the transport, a stored snapshot)."""
 
     code: str | None = None
     message: str | None = None
     status: int | None = None
     retryable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.message is not None and len(self.message) > MAX_ERROR_MESSAGE:
+            msgspec.structs.force_setattr(self, "message", self.message[:MAX_ERROR_MESSAGE])
+        if self.code is not None and len(self.code) > MAX_ERROR_CODE:
+            msgspec.structs.force_setattr(self, "code", self.code[:MAX_ERROR_CODE])
 
 
 class ContinuationItem(msgspec.Struct, frozen=True, tag="continuation"):

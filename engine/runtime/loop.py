@@ -96,6 +96,13 @@ class Runner:
     (without it they are left out). Keep it constant for an operation's lifetime (a
     resumed drive continues the same chain) and apart from ``binding_secret``.
 
+    ``client`` (default None: one per drive): an ``httpx.AsyncClient`` of the host's for
+    the model requests, for its transport, proxies, TLS and connection limits. Its own
+    ``auth`` is never used (the provider key is the endpoint's) and redirects are never
+    followed; its default headers and cookies go with every request, as with any httpx
+    request, so give callgate a client of its own rather than one that carries the host's
+    internal credentials.
+
     ``clock`` (default ``time.time``) must be wall time in epoch seconds, shared by every
     worker: it dates the operation's rows and its approvals' ``expires_at``, which the
     people deciding (and ``callgate approvals``) compare with their own wall clock. A

@@ -2,7 +2,9 @@
 decoder, retry transient failures, and always come back with a classified ``TurnOutcome``.
 
 It owns: endpoint configuration from the environment, the retry policy (jittered exponential
-backoff, ``retry-after``, a deadline), the timeouts value object, and ``stream_turn``.
+backoff, ``retry-after``, a deadline), the timeouts value object, and ``stream_turn``
+(``http_errors`` reads error bodies and masks the key). The host's own code stays the
+host's: an exception its ``on_event`` raises reaches it unchanged, even an httpx one.
 Every third-party failure is mapped here, at the seam, into an outcome:
 
     httpx connect/write/read-before-headers error  → FAILED (retryable: nothing was received)
@@ -24,8 +26,6 @@ with its byte caps), turn a provider's error text into a business status, or log
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import email.utils
 import math
 import os
 import random
@@ -41,9 +41,17 @@ import msgspec
 from callgate.engine.core.adapter import Adapter, HttpRequestSpec
 from callgate.engine.core.decode import StreamDecoder
 from callgate.engine.core.errors import ConfigError
-from callgate.engine.core.events import ArgumentsDelta, CallDone, CallStarted, EngineEvent
+from callgate.engine.core.events import (
+    ArgumentsDelta,
+    CallDone,
+    CallStarted,
+    EngineEvent,
+    ProviderError,
+)
 from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
 from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
+
+from .http_errors import error_fields, masked, retry_after_seconds, without_key
 
 __all__ = [
     "RETRY_STATUSES",
@@ -65,8 +73,6 @@ RETRY_STATUSES: frozenset[int] = frozenset({429, 500, 502, 503, 504, 529})
 # Error bodies are JSON objects of a few hundred bytes; 64 KiB keeps a hostile or
 # misconfigured endpoint (an HTML error page, an endless body) from being held.
 _MAX_ERROR_BODY = 64 * 1024
-# Provider error messages are kept for diagnostics only; a bound keeps logs sane.
-_MAX_ERROR_MESSAGE = 1000
 _FRAGMENT_EVENTS = (CallStarted, ArgumentsDelta, CallDone)
 
 # provider name -> (base URL variable, API key variable, default base URL)
@@ -108,6 +114,12 @@ class ProviderEndpoint(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base URL must start with http:// or https://: {self.base_url!r}")
+        try:  # (a bad port or host would otherwise fail at the first model turn)
+            url = httpx.URL(self.base_url)
+        except httpx.InvalidURL as exc:
+            raise ConfigError(f"base URL {self.base_url!r} is not a valid URL ({exc})") from None
+        if not url.host:
+            raise ConfigError(f"base URL {self.base_url!r} names no host")
         if (
             not self.api_key
             or not self.api_key.isascii()  # (a header value is bytes: non-ASCII fails late)
@@ -260,6 +272,7 @@ async def stream_turn(
         timeouts=timeouts,
         retry=retry,
         on_event=on_event,
+        api_key=endpoint.api_key,
     )
     statuses: list[int] = []
     reasons: list[str] = []
@@ -282,7 +295,7 @@ async def stream_turn(
         attempts += 1
         result = await _attempt(request, budget)
         done = TurnAttempt(
-            outcome=_without_key(result.outcome, endpoint.api_key),
+            outcome=without_key(result.outcome, endpoint.api_key),
             attempts=attempts,
             retried_statuses=tuple(statuses),
             retry_reasons=tuple(reasons),
@@ -313,11 +326,34 @@ class _Request:
     adapter: TransportAdapter
     url: str
     content: bytes
-    headers: httpx.Headers
+    headers: httpx.Headers = dataclasses.field(repr=False)  # (they hold the key)
     limits: Limits
     timeouts: TransportTimeouts
     retry: RetryPolicy
     on_event: EventCallback | None
+    api_key: str = dataclasses.field(repr=False)
+
+
+class _HostRaised(Exception):
+    """Carries an exception the host's ``on_event`` raised past the handlers of
+    ``_attempt``: an ``httpx`` error from the host's own code (forwarding events to a
+    webhook) must reach the host, not be taken for the provider's stream being cut."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(type(error).__name__)
+        self.error = error
+
+
+async def _deliver(on_event: EventCallback, event: EngineEvent, api_key: str) -> None:
+    if type(event) is ProviderError:
+        # The key an endpoint echoes in an error is masked before anyone sees it.
+        kept = masked(event.error, api_key)
+        if kept is not event.error:
+            event = ProviderError(error=kept)
+    try:
+        await on_event(event)
+    except httpx.HTTPError as exc:  # (httpx_sse.SSEError included)
+        raise _HostRaised(exc) from exc
 
 
 async def _attempt(request: _Request, budget: float) -> _Result:
@@ -343,6 +379,9 @@ async def _attempt(request: _Request, budget: float) -> _Result:
                 # A host's client may follow redirects; a provider key must never be sent
                 # to another origin (httpx strips only Authorization), so a 3xx is an error.
                 follow_redirects=False,
+                # Nor may a host client's own auth replace (or join) the provider key and
+                # carry the host's credentials to the provider.
+                auth=None,
             ) as source:
                 response = source.response
                 if not response.is_success or not _is_event_stream(response):
@@ -357,9 +396,11 @@ async def _attempt(request: _Request, budget: float) -> _Result:
                         if isinstance(event, _FRAGMENT_EVENTS):
                             fragments = True
                         if on_event is not None:
-                            await on_event(event)
+                            await _deliver(on_event, event, request.api_key)
                     if decoder.failed:
                         break  # the outcome is decided: stop downloading the rest
+        except _HostRaised as raised:  # the host's callback, not the provider's connection
+            raise raised.error from None
         except httpx_sse.SSEError:
             return _Result(
                 outcome=_failure("unexpected_content_type", "the response is not an SSE stream"),
@@ -456,7 +497,7 @@ def _failure(
 def _http_failure(response: httpx.Response, body: bytes, retry_statuses: frozenset[int]) -> _Result:
     status = response.status_code
     retryable = status in retry_statuses
-    code, message = _error_fields(body)
+    code, message = error_fields(body)
     outcome = TurnOutcome(
         kind=OutcomeKind.FAILED,
         raw_reason=f"HTTP {status}",
@@ -477,7 +518,7 @@ def _http_failure(response: httpx.Response, body: bytes, retry_statuses: frozens
 
 def _content_type_failure(response: httpx.Response, body: bytes) -> _Result:
     content_type = response.headers.get("content-type", "")
-    code, message = _error_fields(body)
+    code, message = error_fields(body)
     outcome = TurnOutcome(
         kind=OutcomeKind.FAILED,
         raw_reason=None,
@@ -513,10 +554,12 @@ def _encoding_failure(response: httpx.Response) -> _Result:
 
 
 def _is_event_stream(response: httpx.Response) -> bool:
-    # Same rule as httpx_sse's own check (which only runs inside ``aiter_sse``; the bytes
-    # here go to callgate's decoder instead), but media types are case-insensitive.
-    media_type = response.headers.get("content-type", "").partition(";")[0]
-    return "text/event-stream" in media_type.lower()
+    # The whole media type, case-insensitively, parameters (charset) aside: not httpx_sse's
+    # substring test (which only runs inside ``aiter_sse``; the bytes here go to callgate's
+    # decoder instead), under which "text/event-streamx" or two joined Content-Type
+    # headers ("application/json, text/event-stream") would pass.
+    media_type: str = response.headers.get("content-type", "").partition(";")[0]
+    return media_type.strip().lower() == "text/event-stream"
 
 
 async def _read_bounded(response: httpx.Response) -> bytes:
@@ -532,76 +575,3 @@ async def _read_bounded(response: httpx.Response) -> bytes:
     except httpx.HTTPError:
         pass  # an error body cut short is still an error; keep what arrived
     return bytes(data)
-
-
-def _error_fields(body: bytes) -> tuple[str | None, str | None]:
-    """(code, message) from the usual JSON error shapes: ``{"error": {...}}`` with a string
-    ``code``/``status``/``type`` and a ``message``. Anything else gives (None, None)."""
-    try:
-        data = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        return None, None
-    if isinstance(data, list) and len(data) == 1:
-        data = data[0]  # Gemini without alt=sse wraps every body in an array
-    error = data.get("error") if isinstance(data, dict) else None
-    if not isinstance(error, dict):
-        return None, None
-    code = next(
-        (error[k] for k in ("code", "status", "type") if isinstance(error.get(k), str)), None
-    )
-    message = error.get("message")
-    return code, message[:_MAX_ERROR_MESSAGE] if isinstance(message, str) else None
-
-
-_KEY_PREFIX = 8  # the shortest key (or key start) masked: fewer would star out words
-
-
-def _without_key(outcome: TurnOutcome, api_key: str) -> TurnOutcome:
-    """``outcome`` with the API key masked in its error message: endpoints echo a rejected
-    key ("Incorrect API key provided: sk-..."), and the message is kept and persisted. A
-    message cut short (kept messages are capped) may end in the key's first characters:
-    those are masked too."""
-    error = outcome.error
-    message = error.message if error is not None else None
-    if error is None or message is None or len(api_key) < _KEY_PREFIX:
-        return outcome
-    masked = message.replace(api_key, "***")
-    for size in range(min(len(api_key) - 1, len(masked)), _KEY_PREFIX - 1, -1):
-        if masked.endswith(api_key[:size]):
-            masked = masked[:-size] + "***"
-            break
-    if masked == message:
-        return outcome
-    return msgspec.structs.replace(outcome, error=msgspec.structs.replace(error, message=masked))
-
-
-def retry_after_seconds(headers: Mapping[str, str], now: float) -> float | None:
-    """Seconds the provider asked us to wait: ``retry-after-ms``, or ``retry-after`` as
-    delta-seconds or an HTTP-date (relative to ``now``, a Unix time). None when absent or
-    unreadable; never negative."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        seconds = _non_negative(millis)
-        if seconds is not None:
-            return seconds / 1000.0
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    seconds = _non_negative(value)
-    if seconds is not None:
-        return seconds
-    try:
-        when = email.utils.parsedate_to_datetime(value.strip())
-    except (TypeError, ValueError, IndexError, OverflowError):  # (a day or zone past range)
-        return None
-    if when.tzinfo is None:  # "-0000" dates parse naive; HTTP-dates are always UTC
-        when = when.replace(tzinfo=datetime.UTC)
-    return max(when.timestamp() - now, 0.0)
-
-
-def _non_negative(text: str) -> float | None:
-    try:
-        value = float(text.strip())
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
