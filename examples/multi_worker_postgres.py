@@ -105,8 +105,12 @@ async def main(args: argparse.Namespace) -> int:
                 tg.start_soon(worker, n)
 
     for name in sorted(results):
+        result = results[name]
         role = "won the claim, resumed it" if drove[name] else "found it taken: did nothing"
-        print(f"  {name}: {role} (saw {results[name].state.value})")
+        # A loser is told the operation is busy (another worker is driving it), or sees
+        # it already ended; never a pause with approvals left to decide.
+        seen = f"busy in {result.state.value}" if result.busy else result.state.value
+        print(f"  {name}: {role} (saw {seen})")
     winners = sum(drove.values())
     refunds = len(await anyio.to_thread.run_sync(downstream.refunds))
     print(f"winners: {winners}; refunds paid: {refunds}")

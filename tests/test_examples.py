@@ -92,6 +92,8 @@ def test_exactly_one_worker_resumes_on_sqlite(
     out = _race(f"sqlite:///{tmp_path / 'workers.db'}", capsys)
     assert "winners: 1; refunds paid: 1" in out
     assert out.count("won the claim") == 1 and out.count("found it taken") == 5
+    # A loser is told the operation is busy (or sees it ended), never a pause to decide.
+    assert "(saw waiting_approval)" not in out
 
 
 def test_exactly_one_worker_resumes_on_postgres(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from callgate.adapters.render import RenderCall, render_turn
-from callgate.engine import OpState
+from callgate.engine import OpState, open_store
 from callgate.engine.runtime.replay import ReplayServer, ReplayTurn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,9 +74,11 @@ async def test_embedding_example_runs_against_the_loopback_server(
     async with ReplayServer(turns) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-readme")
-        state, text, pending = await namespace["handle"](
-            "Where is order 4815?", "tenant-a", "user-1", str(tmp_path / "callgate.db")
-        )
+        async with open_store(f"sqlite:///{tmp_path / 'callgate.db'}") as store:
+            service = namespace["Service"](store)
+            state, text, pending = await service.handle(
+                "Where is order 4815?", "tenant-a", "user-1"
+            )
         sent = server.requests[1].json()
     assert state is OpState.COMPLETED
     assert text == "Order 4815 has shipped."

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import math
 import secrets
-import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -174,8 +173,6 @@ class Runner:
         self._clock = clock
         # Per-tool concurrency limits hold across every operation this runner drives.
         self._tool_limiters: dict[str, anyio.CapacityLimiter] = {}
-        # Loading the CA bundle takes tens of ms: done once per runner, not per drive.
-        self._tls: ssl.SSLContext | None = None
 
     # --- public entry points -------------------------------------------------------------
 
@@ -261,7 +258,7 @@ class Runner:
                 raise StoreError(f"no operation {operation_id}")
             snap = decode_snapshot(record.snapshot, operation_id)
             if record.owner != self.worker_id or record.fencing_token != token:
-                return self._result(snap)  # taken over since our claim: no longer ours
+                return self._result(snap, busy=True)  # taken over since our claim
             if snap.provider != self.provider:
                 # Its conversation and response ids are that provider's: bound and sent
                 # under another, the results would name the wrong family (and a real API
@@ -363,9 +360,16 @@ class Runner:
         the claim went stale) in a state a drive only passes through is ended
         ``escalated``: replaying it would ask the model again, and a different call than
         the one that may already have run could repeat a side effect."""
-        snap = await self._load(operation_id)
-        if snap.state in TERMINAL or snap.state is OpState.WAITING_APPROVAL:
+        record = await self._need_store().get_operation(operation_id)
+        if record is None:
+            raise StoreError(f"no operation {operation_id}")
+        snap = decode_snapshot(record.snapshot, operation_id)
+        if snap.state in TERMINAL:
             return self._result(snap)
+        if snap.state is OpState.WAITING_APPROVAL:
+            # Not claimable although paused: another resume holds it (its decisions are
+            # being acted on: nothing is left for a person), or it was released meanwhile.
+            return self._result(snap, busy=record.owner is not None)
         token = await self._need_store().claim_operation(
             operation_id,
             self.worker_id,
@@ -374,7 +378,7 @@ class Runner:
             stale_after=self._claim_stale_after,
         )
         if token is None:  # a live drive holds it
-            return self._result(await self._load(operation_id))
+            return self._result(await self._load(operation_id), busy=True)
         error = StoreError(f"operation {operation_id}: no drive holds it")
         stop = _drive_failed("no drive holds it (its start failed, or its worker stopped)")
         failure = await self._release(operation_id, token, error, stop=stop)
@@ -537,8 +541,10 @@ class Runner:
         return self.store
 
     @staticmethod
-    def _result(snap: OperationSnapshot, pending: tuple[str, ...] | None = None) -> OperationResult:
-        if snap.state is not OpState.WAITING_APPROVAL:
+    def _result(
+        snap: OperationSnapshot, pending: tuple[str, ...] | None = None, *, busy: bool = False
+    ) -> OperationResult:
+        if busy or snap.state is not OpState.WAITING_APPROVAL:
             pending = ()
         elif pending is None:  # as requested at the pause (a resume read the store since)
             pending = tuple(snap.approvals.values() if snap.pending is None else snap.pending)
@@ -549,6 +555,7 @@ class Runner:
             text=snap.text,
             calls=tuple(snap.calls),
             pending_approvals=pending,
+            busy=busy and snap.state not in TERMINAL,
         )
 
 

@@ -84,7 +84,15 @@ class OperationSnapshot(msgspec.Struct, kw_only=True):
 
 class OperationResult(msgspec.Struct, frozen=True, kw_only=True):
     """Where an operation stands when control returns to the host: a terminal state, or
-    WAITING_APPROVAL with the approval ids a human must decide."""
+    WAITING_APPROVAL with the approval ids a human must decide, or (``busy``) a state
+    another drive is moving it through.
+
+    ``busy`` is set by a ``resume`` that found the operation held by another live drive
+    (two workers resuming it at once, or a resume while one is still running): this call
+    did nothing, ``state`` is where that drive last persisted it (WAITING_APPROVAL while
+    it acts on the decisions, or a state it only passes through) and
+    ``pending_approvals`` is empty, since nothing is left for a person to decide. Resume
+    again, or read the operation, once that drive is done."""
 
     operation_id: str
     state: OpState
@@ -92,6 +100,7 @@ class OperationResult(msgspec.Struct, frozen=True, kw_only=True):
     text: str
     calls: tuple[CallSummary, ...]
     pending_approvals: tuple[str, ...] = ()
+    busy: bool = False
 
     @property
     def terminal(self) -> bool:

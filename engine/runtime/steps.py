@@ -78,7 +78,7 @@ from .progress import (
     TextChunk,
     TurnRetried,
 )
-from .transport import stream_turn
+from .transport import stream_turn, tls_context
 
 AuditWriter = Callable[[AuditRecord], Awaitable[None]]
 
@@ -213,9 +213,7 @@ class OperationDrive:
 
         deadline = anyio.current_time() + self.tracker.remaining_seconds(now)
         if self.client is None:
-            if r._tls is None:
-                r._tls = httpx.create_ssl_context()
-            client = httpx.AsyncClient(verify=r._tls)
+            client = httpx.AsyncClient(verify=await tls_context())
             self.client = await self.stack.enter_async_context(client)
         await self.marks.asking()  # from here on, a replay would ask the model again
         attempt = await stream_turn(

@@ -29,6 +29,7 @@ import dataclasses
 import math
 import os
 import random
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol, runtime_checkable
@@ -63,6 +64,7 @@ __all__ = [
     "TurnAttempt",
     "retry_after_seconds",
     "stream_turn",
+    "tls_context",
 ]
 
 # Rate limited (429), server errors that providers document as transient (500, 502, 503,
@@ -316,6 +318,21 @@ async def stream_turn(
         if on_retry is not None:
             await on_retry(attempts, result.reason)
         await sleep(wait)
+
+
+_TLS: list[ssl.SSLContext] = []  # the process's default context, once made
+
+
+async def tls_context() -> ssl.SSLContext:
+    """The default TLS context (system CA bundle) for clients callgate opens itself:
+    made once per process, in a worker thread. Loading the bundle takes tens of
+    milliseconds, which on the event loop would stall every operation in flight (and a
+    client made without a context loads it again, each time)."""
+    if not _TLS:
+        context = await anyio.to_thread.run_sync(httpx.create_ssl_context)
+        if not _TLS:  # (another drive may have made one meanwhile: keep the first)
+            _TLS.append(context)
+    return _TLS[0]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
