@@ -185,7 +185,16 @@ class Runner:
         roles: Sequence[str] = (),
         operation_id: str | None = None,
     ) -> OperationResult:
-        """Begin an operation and drive it until it ends or waits for a human."""
+        """Begin an operation and drive it until it ends or waits for a human. Every text
+        given must be valid UTF-8 (a ``ConfigError`` before anything is persisted or
+        sent: a lone surrogate, valid in JSON escapes, can be neither)."""
+        _check_texts(
+            prompt=prompt,
+            tenant=tenant,
+            subject=subject,
+            operation_id=operation_id or "",
+            roles="".join(roles),
+        )
         now = self._clock()
         snap = OperationSnapshot(
             operation_id=operation_id or new_operation_id(),
@@ -576,6 +585,17 @@ def _restated(
     if audit is not None:
         snap.audit_seq, snap.audit_head = audit
     return {"state": state.value, "snapshot": msgspec.json.encode(snap)}
+
+
+def _check_texts(**texts: str) -> None:
+    for what, text in texts.items():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(
+                f"the {what} is not valid UTF-8 text (it holds a lone surrogate); "
+                "nothing was started"
+            ) from None
 
 
 def _drive_failed(what: str) -> StopInfo:

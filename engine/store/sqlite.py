@@ -207,6 +207,12 @@ class SQLiteStore(rules.LedgerMoves, Store):
                     raise _Busy from exc
                 broken = True
                 raise StoreUnavailable(f"SQLite error on {self.path!r}: {exc}") from exc
+            if isinstance(exc, UnicodeEncodeError):
+                # A str SQLite cannot hold (a lone surrogate from a host's input): no retry
+                # helps, as with PostgreSQL's data errors. (The value is not quoted.)
+                raise StoreError(
+                    f"SQLite refused a value: it is not valid UTF-8 text ({exc.reason})"
+                ) from None
             raise
         finally:
             if locked:
