@@ -55,6 +55,7 @@ TIGHT_LIMITS = Limits(
     max_text_bytes=64,
     max_continuation_items=2,
     max_continuation_bytes=512,
+    max_response_bytes=4096,  # below most fixtures' whole body
 )
 
 

@@ -29,13 +29,8 @@ from callgate.engine.core.binding import (
 from callgate.engine.core.canonical import canonical_json, digest_fields
 from callgate.engine.core.correlation import verify_result_set
 from callgate.engine.core.errors import BindingError, ConfigError
-from callgate.engine.core.ids import (
-    derive_call_id,
-    idempotency_key,
-    new_approval_id,
-    new_operation_id,
-    select_fields,
-)
+from callgate.engine.core.ids import derive_call_id, new_approval_id, new_operation_id
+from callgate.engine.core.registry import RiskClass, ToolSpec
 
 SECRET = b"host-secret-0123456789abcdef0123"
 
@@ -82,38 +77,56 @@ def test_derived_call_id_is_deterministic_and_distinct_per_response_and_index() 
     assert all(re.fullmatch(r"cgcall_[0-9a-f]{24}", i) for i in ids)
 
 
+class _Refund(msgspec.Struct, forbid_unknown_fields=True):
+    order_id: str
+    amount: int | float | None = None
+    note: str = ""
+
+
+def _refund_spec(name: str = "refund", **kw: Any) -> ToolSpec:
+    return ToolSpec(
+        name=name,
+        description="Refund.",
+        args_type=_Refund,
+        handler=lambda args, ctx: {},
+        risk=RiskClass.WRITE,
+        **kw,
+    )
+
+
+def _key(spec: ToolSpec, operation_id: str, text: bytes) -> str:
+    return spec.idempotency_key(operation_id, msgspec.json.decode(text, type=_Refund))
+
+
 def test_idempotency_key_survives_a_model_retry_with_a_new_call_id() -> None:
-    # The retry carries another call id and another key order; the intent is the same.
-    first = idempotency_key("op_1", "refund", {"order_id": "A1", "amount": 5})
-    retry = idempotency_key("op_1", "refund", {"amount": 5, "order_id": "A1"})
+    # The key the ledger uses. The retry carries another call id and another key order;
+    # the intent is the same.
+    spec = _refund_spec()
+    first = _key(spec, "op_1", b'{"order_id":"A1","amount":5}')
+    retry = _key(spec, "op_1", b'{"amount":5,"order_id":"A1"}')
     assert first == retry
-    assert re.fullmatch(r"idk_[0-9a-f]{64}", first)
+    assert re.fullmatch(r"[0-9a-f]{64}", first)
     others = {
-        idempotency_key("op_2", "refund", {"order_id": "A1", "amount": 5}),
-        idempotency_key("op_1", "refund_v2", {"order_id": "A1", "amount": 5}),
-        idempotency_key("op_1", "refund", {"order_id": "A1", "amount": 6}),
-        idempotency_key("op_1", "refund", {"order_id": "A1", "amount": 5.0}),
+        _key(spec, "op_2", b'{"order_id":"A1","amount":5}'),
+        _key(_refund_spec("refund_v2"), "op_1", b'{"order_id":"A1","amount":5}'),
+        _key(spec, "op_1", b'{"order_id":"A1","amount":6}'),
+        _key(spec, "op_1", b'{"order_id":"A1","amount":5.0}'),
     }
     assert first not in others and len(others) == 4
 
 
 def test_idempotency_key_uses_only_the_business_fields_the_tool_selects() -> None:
-    business = select_fields("order_id", "amount")
-    base = idempotency_key("op_1", "refund", {"order_id": "A1", "amount": 5, "note": "x"}, business)
-    reworded = idempotency_key(
-        "op_1", "refund", {"order_id": "A1", "amount": 5, "note": "y"}, business
-    )
-    assert base == reworded
-    assert base != idempotency_key("op_1", "refund", {"order_id": "A1", "amount": 7}, business)
-    # An absent field is not the same intent as an explicit null.
-    absent = idempotency_key("op_1", "refund", {"order_id": "A1"}, business)
-    null = idempotency_key("op_1", "refund", {"order_id": "A1", "amount": None}, business)
-    assert absent != null
+    spec = _refund_spec(idempotency_fields=lambda a: {"order_id": a.order_id, "amount": a.amount})
+    base = _key(spec, "op_1", b'{"order_id":"A1","amount":5,"note":"x"}')
+    assert base == _key(spec, "op_1", b'{"order_id":"A1","amount":5,"note":"y"}')
+    assert base != _key(spec, "op_1", b'{"order_id":"A1","amount":7,"note":"x"}')
+    assert base != _key(_refund_spec(), "op_1", b'{"order_id":"A1","amount":5,"note":"x"}')
 
 
 def test_idempotency_key_rejects_a_selection_without_canonical_form() -> None:
+    spec = _refund_spec(idempotency_fields=lambda a: {1.5: a.order_id})
     with pytest.raises(ConfigError):
-        idempotency_key("op_1", "t", {"a": 1}, lambda args: {1, 2})
+        _key(spec, "op_1", b'{"order_id":"A1"}')
 
 
 # --- digests and bind ---------------------------------------------------------------------

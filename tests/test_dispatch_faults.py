@@ -241,6 +241,9 @@ async def test_a_side_effect_past_its_deadline_is_outcome_unknown_without_a_stor
 
 @pytest.mark.anyio
 async def test_without_a_store_a_timed_out_write_stops_the_operation_and_never_reruns() -> None:
+    # The drive's own in-memory ledger holds the key as unknown: the model's retry (same
+    # intent, new call id) is not run again but reconciled, and with no reconcile the
+    # operation stops for a human, as it does with a store.
     effects: list[int] = []
 
     async def charge(args: N, ctx: ToolContext) -> str:
@@ -271,9 +274,13 @@ async def test_without_a_store_a_timed_out_write_stops_the_operation_and_never_r
         result = await runner.start("go")
         sent = len(server.requests)
     assert result.state is OpState.ESCALATED
-    assert [(c.call_id, c.status) for c in result.calls] == [("c1", "outcome_unknown")]
+    assert [(c.call_id, c.status) for c in result.calls] == [
+        ("c1", "outcome_unknown"),
+        ("c2", "outcome_unknown"),
+    ]
+    assert result.calls[0].idempotency_key == result.calls[1].idempotency_key
     assert effects == [5]  # never run again
-    assert sent == 1  # nothing more was asked of the model
+    assert sent == 2  # nothing more was asked of the model after the retry
 
 
 @pytest.mark.anyio

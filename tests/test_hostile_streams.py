@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from callgate.adapters.render import RenderCall, render_turn
-from callgate.engine import Limits, OutcomeKind, decode
+from callgate.engine import ConfigError, Limits, OutcomeKind, decode
 
 from .conftest import FAMILIES, chunkings
 
@@ -251,3 +251,49 @@ def test_a_call_id_with_a_control_character_fails_the_turn(provider: str, bad: s
         out = decode(provider, chunks)
         assert out.kind is OutcomeKind.FAILED, how
         assert "control character" in out.stop_reason and out.calls == ()
+
+
+# --- response bytes -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", FAMILIES)
+def test_response_bytes_are_capped_at_limit_minus_one_limit_and_plus_one(provider: str) -> None:
+    body = render_turn(provider, text="Hello.", calls=[RenderCall("c1", "get_order", '{"a":1}')])
+    free = decode(provider, [body])
+    assert free.kind is OutcomeKind.TOOL_PROPOSALS
+    for cap, within in ((len(body) + 1, True), (len(body), True), (len(body) - 1, False)):
+        outcomes = {
+            how: decode(provider, chunks, Limits(max_response_bytes=cap))
+            for how, chunks in chunkings(body)
+        }
+        assert len(set(map(msgspec.json.encode, outcomes.values()))) == 1, (cap, outcomes)
+        out = outcomes["whole"]
+        if within:
+            assert out == free
+        else:
+            assert out.kind is OutcomeKind.FAILED  # (never executed, whatever it holds)
+            assert "max_response_bytes" in out.stop_reason
+
+
+def test_an_endless_stream_of_keep_alive_comments_stops_at_the_response_cap() -> None:
+    read = 0
+
+    def pings() -> Iterator[bytes]:
+        nonlocal read
+        while True:
+            read += 1
+            yield b": keep-alive\n\n" * 4096
+
+    out = decode("anthropic", pings(), Limits(max_response_bytes=4 * MiB))
+    assert out.kind is OutcomeKind.FAILED and "max_response_bytes" in out.stop_reason
+    assert read * len(b": keep-alive\n\n") * 4096 <= 4 * MiB + 64 * 1024
+
+
+@pytest.mark.parametrize(
+    "field",
+    sorted(Limits.__struct_fields__),
+)
+@pytest.mark.parametrize("bad", [0, -1, True, "4MiB", 1.5])
+def test_every_limit_must_be_a_positive_int(field: str, bad: object) -> None:
+    with pytest.raises(ConfigError, match=f"Limits.{field} must be a positive int"):
+        Limits(**{field: bad})  # type: ignore[arg-type]

@@ -35,7 +35,8 @@ async def test_the_ca_bundle_is_loaded_once_per_process_in_a_worker_thread(
     turns = [turn("openai_chat", text=f"answer {n}") for n in range(3)]
     async with ReplayServer(turns) as server:
         for n in range(3):  # three Runners, three drives, each opening its own client
-            runner = chat_runner(server.base_url, refund_and_lookup([]), None)
+            reads = refund_and_lookup([]).narrow(["get_order"])
+            runner = chat_runner(server.base_url, reads, None)
             result = await runner.start(f"question {n}")
             assert result.text == f"answer {n}"
     assert len(loads) == 1

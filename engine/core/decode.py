@@ -245,7 +245,7 @@ _HANDLERS: dict[type, Callable[[TurnAssembler, Any], None]] = {
 class StreamDecoder:
     """Bytes in, engine events out; ``finish()`` gives the turn's outcome. Sans-I/O."""
 
-    __slots__ = ("_adapter_stream", "_batch", "_done", "_sse", "_turn")
+    __slots__ = ("_adapter_stream", "_batch", "_done", "_max_bytes", "_room", "_sse", "_turn")
 
     def __init__(self, adapter: Adapter, limits: Limits = DEFAULT_LIMITS) -> None:
         self._sse = SSEDecoder(limits, collect_unframed=adapter.sse_unframed)
@@ -259,6 +259,8 @@ class StreamDecoder:
         self._batch = batch or self._one_by_one
         self._turn = TurnAssembler(limits)
         self._done = False
+        self._max_bytes = limits.max_response_bytes
+        self._room = limits.max_response_bytes  # body bytes still allowed
 
     @property
     def failed(self) -> bool:
@@ -285,6 +287,16 @@ class StreamDecoder:
         unless it is None (``decode`` has no use for them)."""
         if self._done:
             return
+        if len(data) > self._room:
+            # The bytes within the cap count as they would in any chunking (the events
+            # they complete are applied, one of them may fail first); then the turn fails.
+            allowed = data[: self._room]
+            if allowed:
+                self._pump(allowed, out)  # (it fits: the room left is then 0)
+            if not self._done:
+                self._absorb(LimitExceeded("max_response_bytes", self._max_bytes))
+            return
+        self._room -= len(data)
         try:
             sse_error: Exception | None = None
             try:

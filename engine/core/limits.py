@@ -51,8 +51,20 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # items of an event's size each be held. Encrypted reasoning and signatures are
     # kilobytes; 16 MiB matches the text cap.
     max_continuation_bytes: int = 16 * _MiB
+    # Body bytes of one response, framing included. Memory is bounded by the caps above;
+    # this bounds the work: a stream that never ends (keep-alive comments, padding,
+    # empty deltas) stops here, not only at the deadline. The content caps together are
+    # 48 MiB, and the smallest fragments providers send (4 bytes of argument in ~110
+    # bytes of event) frame content about 28 times over: 1 GiB holds any response within
+    # the other caps.
+    max_response_bytes: int = 1024 * _MiB
 
     def __post_init__(self) -> None:
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            # (bool is an int, and a str would fail only at the first decode.)
+            if type(value) is not int or value < 1:
+                raise ConfigError(f"Limits.{name} must be a positive int, not {value!r}")
         if self.max_json_depth > MAX_JSON_DEPTH:
             raise ConfigError(
                 f"max_json_depth is at most {MAX_JSON_DEPTH}, not {self.max_json_depth}"

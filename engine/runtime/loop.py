@@ -29,7 +29,7 @@ from callgate.engine.core.errors import ConfigError, StaleWriteError, StoreError
 from callgate.engine.core.guards import Budgets, BudgetTracker
 from callgate.engine.core.ids import new_operation_id
 from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
-from callgate.engine.core.registry import Registry
+from callgate.engine.core.registry import Registry, RiskClass, ToolSpec
 from callgate.engine.core.states import (
     TERMINAL,
     OpInput,
@@ -148,6 +148,16 @@ class Runner:
             # Checked here, not at the first pause (after a paid model turn): an infinite
             # or NaN expiry has no JSON form, and approvals must expire.
             raise ConfigError(f"approval_ttl must be > 0 seconds, not {approval_ttl!r}")
+        if store is None:
+            # A pause must persist: without a store, a tool that always needs a person
+            # could only fail at its first call, after a paid model turn. (A rule that
+            # decides per call is checked when the call comes.)
+            always = [t.name for t in registry if t.approval is True or _irreversible(t)]
+            if always:
+                raise ConfigError(
+                    f"tools {', '.join(always)} need a person's approval, and an approval "
+                    "pause persists in a store: pass store=open_store(...)"
+                )
         self.provider = provider
         self.model = model
         self.registry = registry
@@ -585,6 +595,10 @@ def _restated(
     if audit is not None:
         snap.audit_seq, snap.audit_head = audit
     return {"state": state.value, "snapshot": msgspec.json.encode(snap)}
+
+
+def _irreversible(spec: ToolSpec) -> bool:
+    return spec.approval is None and spec.risk is RiskClass.IRREVERSIBLE
 
 
 def _check_texts(**texts: str) -> None:

@@ -45,7 +45,8 @@ from callgate.engine.core.validation import (
     turn_input,
     validate_turn,
 )
-from callgate.engine.store.base import ApprovalRecord
+from callgate.engine.store.base import ApprovalRecord, Store
+from callgate.engine.store.memory import MemoryStore
 
 from .call_records import (
     answers,
@@ -124,6 +125,10 @@ class OperationDrive:
             roles=frozenset(snap.roles),
         )
         self.pending: list[NeedsApproval] = []
+        # The idempotency ledger: the store's, or without one an in-process ledger for
+        # this drive (a storeless operation lives in one drive: it cannot pause), so a
+        # write the model proposes again under a new call id still runs once.
+        self.ledger: Store = runner.store or MemoryStore()
 
     # --- bookkeeping ---------------------------------------------------------------------
 
@@ -346,7 +351,7 @@ class OperationDrive:
         if executables:
             ctx = DispatchContext(
                 auth=self.auth,
-                store=r.store,
+                store=self.ledger,
                 worker_id=r.worker_id,
                 max_parallelism=self.budgets.max_parallelism,
                 max_result_bytes=self.budgets.max_result_bytes,

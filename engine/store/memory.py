@@ -1,10 +1,12 @@
-"""``MemoryStore``: an in-process store for unit tests only.
+"""``MemoryStore``: an in-process store for unit tests, and the idempotency ledger of a
+drive whose ``Runner`` has no store.
 
 It is not durable (everything is gone when the process exits), not shared between
 processes, and must never back a real deployment: a pause kept here is exactly the
 "approval waits only in process memory" the spec forbids. It exists so run-loop tests
-need no file; it shares ``rules.py`` with the real backends and passes the same
-conformance suite (minus the cross-process scenarios).
+need no file, and so a storeless operation (one drive, no pause) still runs a write the
+model proposes twice only once; it shares ``rules.py`` with the real backends and passes
+the same conformance suite (minus the cross-process scenarios).
 
 Each method reads and writes its dicts with no ``await`` in between, so on one event
 loop every method is atomic without a lock; the leading checkpoint keeps it a real
@@ -37,7 +39,7 @@ __all__ = ["MemoryStore"]
 
 
 class MemoryStore(rules.LedgerMoves, Store):
-    """Unit tests only: see the module docstring."""
+    """Unit tests, and a storeless drive's ledger: see the module docstring."""
 
     def __init__(self) -> None:
         self._operations: dict[str, OperationRecord] = {}
