@@ -20,7 +20,7 @@ import msgspec
 import pytest
 
 from callgate.engine.core.registry import Decision, Registry, ToolContext, ToolSpec
-from callgate.engine.core.states import OpState
+from callgate.engine.core.states import OpInput, OpState
 from callgate.engine.runtime.progress import CallFinished, CallPreparing, CallRejected
 from callgate.engine.runtime.replay import ReceivedRequest, ReplayServer, ReplayTurn
 
@@ -521,7 +521,30 @@ async def test_disconnect_before_any_call_is_retried(provider: str) -> None:
     assert result.state is OpState.COMPLETED
     assert len(requests) == 3 and requests[0].body == requests[1].body
     assert ran == ["c1"]
-    progress.path()
+    path = progress.path()
+    # The transport's retry is a pass through RETRY, not invisible to the state machine.
+    assert path[:3] == ["model_requested", "retry", "model_requested"]
+
+
+@pytest.mark.anyio
+async def test_retries_that_run_out_end_failed_through_retry_exhausted() -> None:
+    provider = "openai_chat"
+    busy = ReplayTurn(
+        status=503, body=b'{"error":{"message":"busy"}}', content_type="application/json"
+    )
+    async with ReplayServer([busy] * 3) as server:
+        runner, progress = make_runner(provider, server.base_url, _guarded_registry([]))
+        result = await runner.start("go")
+        asked = len(server.requests)
+    assert asked == 3  # FAST_RETRY's three attempts
+    assert result.state is OpState.FAILED
+    assert result.stop is not None and result.stop.input is OpInput.RETRY_EXHAUSTED
+    assert progress.path() == [
+        "model_requested",
+        *["retry", "model_requested"] * 2,
+        "retry",
+        "failed",
+    ]
 
 
 # --- approvals: the pause and the resume walk the table too --------------------------------

@@ -35,6 +35,7 @@ __all__ = [
     "Budgets",
     "ExhaustedBudget",
     "Price",
+    "estimated_usage",
 ]
 
 _MILLION = Decimal(1_000_000)
@@ -569,3 +570,25 @@ class BudgetTracker:
 
 def _num(value: float | int) -> str:
     return str(value)
+
+
+# Bytes per token of the estimate below: English text and JSON run at about four bytes a
+# token in every provider's tokenizer; code and non-Latin text at fewer bytes (more
+# tokens), so the estimate is low there, never absent.
+_BYTES_PER_TOKEN = 4
+
+
+def estimated_usage(usage: Usage, *, request_bytes: int, output_bytes: int) -> Usage:
+    """``usage`` with the token counts the provider did not report estimated from the
+    bytes that went each way (one token per four bytes, at least one): a server that
+    reports no usage (a Chat-compatible one ignoring ``include_usage``) must not run
+    unbounded by the token and cost budgets. Unknown spend is not zero spend."""
+
+    def tokens(size: int) -> int:
+        return max(1, -(-size // _BYTES_PER_TOKEN))
+
+    return msgspec.structs.replace(
+        usage,
+        input_tokens=tokens(request_bytes) if usage.input_tokens is None else usage.input_tokens,
+        output_tokens=tokens(output_bytes) if usage.output_tokens is None else usage.output_tokens,
+    )

@@ -63,8 +63,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
         for name in self.__struct_fields__:
             value = getattr(self, name)
             # (bool is an int, and a str would fail only at the first decode.)
-            if type(value) is not int or value < 1:
-                raise ConfigError(f"Limits.{name} must be a positive int, not {value!r}")
+            if type(value) is not int or value < 0:  # (0 refuses everything: a test's cap)
+                raise ConfigError(f"Limits.{name} must be an int >= 0, not {value!r}")
         if self.max_json_depth > MAX_JSON_DEPTH:
             raise ConfigError(
                 f"max_json_depth is at most {MAX_JSON_DEPTH}, not {self.max_json_depth}"

@@ -9,16 +9,20 @@ and writes the audit trail.
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
 import msgspec
 
+from callgate.engine.core.adapter import HttpRequestSpec
 from callgate.engine.core.audit import AuditChain, Token, parse_path
+from callgate.engine.core.binding import BindingContext, bind
 from callgate.engine.core.canonical import canonical_json, digests_equal, hmac_fields, sha256_hex
 from callgate.engine.core.envelope import ErrorCode
 from callgate.engine.core.errors import ConfigError
-from callgate.engine.core.outcome import ProposedCall, TurnOutcome
+from callgate.engine.core.outcome import ProposedCall, TurnOutcome, Usage
 from callgate.engine.core.registry import ToolSpec
 from callgate.engine.core.validation import ApprovalDecision, Executable, NeedsApproval, Verdict
 
@@ -35,7 +39,9 @@ __all__ = [
     "has_canonical_form",
     "invites_retry",
     "lapsed_reason",
+    "model_response_data",
     "requested_data",
+    "seal",
     "sensitive_paths",
     "trusted_key",
 ]
@@ -226,4 +232,52 @@ def decision_data(decision: ApprovalDecision) -> dict[str, Any]:
         "approver": decision.approver,
         "reason": decision.reason,
         "decided_at": decision.decided_at,
+    }
+
+
+def seal(
+    binding: BindingContext, item: Executable, result: CallResult, secret: bytes | None
+) -> CallResult:
+    """``result`` bound to ``item``'s call under ``binding`` (recorded before dispatch),
+    at the moment it was produced for that item: a body moved to another call later no
+    longer matches its binding."""
+    args = bindable_arguments(item.call)
+    bound = bind(binding, item.call.name, args, result.model_result, result.is_error, secret)
+    return msgspec.structs.replace(result, bound=bound)
+
+
+_KEY_SENTINEL = "callgate-key-sentinel-0000"
+try:
+    _CLIENT = f"callgate/{importlib.metadata.version('callgate')} httpx/{httpx.__version__}"
+except importlib.metadata.PackageNotFoundError:  # (run from a source tree)
+    _CLIENT = f"callgate httpx/{httpx.__version__}"
+
+
+def model_response_data(
+    runner: Any, spec: HttpRequestSpec, outcome: TurnOutcome, attempts: int, usage: Usage
+) -> dict[str, Any]:
+    """The audit data of one model response: who answered, under which API and adapter
+    revisions, with which model, and how the turn ended (the spec's "record provider,
+    API, SDK, model and adapter revision"). The API headers kept are those that carry no
+    key (Anthropic's ``anthropic-version``); the key never reaches the trail."""
+    adapter = runner._adapter
+    api_headers = {
+        name: value
+        for name, value in adapter.auth_headers(_KEY_SENTINEL).items()
+        if _KEY_SENTINEL not in value
+    }
+    return {
+        "provider": runner.provider,
+        "api_family": adapter.family,
+        "adapter_revision": adapter.revision,
+        "api_path": spec.path.partition("?")[0],
+        "api_headers": api_headers,
+        "client": _CLIENT,
+        "model_requested": runner.model,
+        "model_served": outcome.model,
+        "response_id": outcome.response_id,
+        "kind": outcome.kind.value,
+        "raw_reason": outcome.raw_reason,
+        "attempts": attempts,
+        "usage": msgspec.to_builtins(usage),
     }

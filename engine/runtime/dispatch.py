@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from callgate.engine.core.binding import BoundResult
 from callgate.engine.core.canonical import canonical_json
 from callgate.engine.core.envelope import (
     RAN_TOO_LARGE,
@@ -73,6 +74,7 @@ class CallResult(msgspec.Struct, frozen=True, kw_only=True):
     idempotency_key: str | None = None
     unresolved: bool = False
     detail: str = ""
+    bound: BoundResult | None = None  # sealed when produced (``DispatchContext.seal``)
 
 
 class DispatchContext:
@@ -98,6 +100,7 @@ class DispatchContext:
         model: str | None = None,
         tool_limiters: dict[str, anyio.CapacityLimiter] | None = None,
         limiter: anyio.CapacityLimiter | None = None,
+        seal: Callable[[Executable, CallResult], CallResult] | None = None,
     ) -> None:
         self.auth = auth
         self.store = store
@@ -109,6 +112,7 @@ class DispatchContext:
         self.provider = provider
         self.model = model
         self._tool_limiters = tool_limiters if tool_limiters is not None else {}
+        self.seal = seal  # binds each result to its item as it is produced
 
     def tool_limiter(self, spec: ToolSpec) -> anyio.CapacityLimiter | None:
         if spec.max_concurrency is None:
@@ -174,6 +178,8 @@ async def execute_calls(
                 idempotency_key=key,  # the key the call held, if any
                 detail="cancelled by the operation deadline",
             )
+            if ctx.seal is not None:
+                result = ctx.seal(item, result)
         out.append(result)
     return out
 
@@ -238,6 +244,8 @@ async def _run_one(
         result = await _run_limited(i, item, ctx, started, slots)
     finally:
         slots.release()
+    if ctx.seal is not None:
+        result = ctx.seal(item, result)
     results[i] = result
     if ctx.progress is not None:
         await ctx.progress(

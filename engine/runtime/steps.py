@@ -11,24 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
+import msgspec
 
-from callgate.engine.core.adapter import ModelResult
 from callgate.engine.core.audit import AuditChain, AuditRecord, Token
-from callgate.engine.core.binding import (
-    BindingContext,
-    BoundResult,
-    TrustedCall,
-    bind,
-    to_model_result,
-)
 from callgate.engine.core.canonical import canonical_json, sha256_hex
-from callgate.engine.core.correlation import verify_result_set
 from callgate.engine.core.envelope import ErrorCode
-from callgate.engine.core.errors import BindingError
 from callgate.engine.core.events import CallStarted, EngineEvent, TextDelta
-from callgate.engine.core.guards import BudgetTracker, ExhaustedBudget
+from callgate.engine.core.guards import BudgetTracker, ExhaustedBudget, estimated_usage
 from callgate.engine.core.ids import new_approval_id
-from callgate.engine.core.outcome import ProposedCall
+from callgate.engine.core.outcome import OutcomeKind, ProposedCall, TurnOutcome
 from callgate.engine.core.registry import AuthContext
 from callgate.engine.core.states import (
     OpInput,
@@ -48,23 +39,23 @@ from callgate.engine.core.validation import (
 from callgate.engine.store.base import ApprovalRecord, Store
 from callgate.engine.store.memory import MemoryStore
 
+from .binding_step import bind_results, binding_context
 from .call_records import (
-    answers,
     approvals_to_request,
     argument_value,
     audit_digests,
-    bindable_arguments,
     decision_data,
     echoed_turn,
     invites_retry,
     lapsed_reason,
+    model_response_data,
     requested_data,
+    seal,
     sensitive_paths,
     trusted_key,
 )
 from .dispatch import CallResult, DispatchContext, execute_calls
 from .operation import (
-    CallSummary,
     DriveMarks,
     OperationSnapshot,
     RunSettings,
@@ -73,7 +64,6 @@ from .operation import (
 from .progress import (
     ApprovalRequested,
     CallPreparing,
-    CallRejected,
     ProgressEvent,
     StateChanged,
     TextChunk,
@@ -212,9 +202,12 @@ class OperationDrive:
                 await self.emit(TextChunk(operation_id=snap.operation_id, text=event.text))
 
         async def on_retry(attempt: int, reason: str) -> None:
+            # The transport waits and asks again: the operation passes through RETRY.
+            await self.to(OpInput.TRANSIENT_FAILURE)
             await self.emit(
                 TurnRetried(operation_id=snap.operation_id, attempt=attempt, reason=reason)
             )
+            await self.to(OpInput.RETRY_READY)
 
         deadline = anyio.current_time() + self.tracker.remaining_seconds(now)
         if self.client is None:
@@ -236,12 +229,28 @@ class OperationDrive:
         outcome = attempt.outcome
         snap.outcome = outcome
         # Retried attempts were billed too: their usage counts against the budgets.
-        usage = outcome.usage.plus(attempt.discarded_usage)
+        usage = reported = outcome.usage.plus(attempt.discarded_usage)
+        if (usage.input_tokens is None or usage.output_tokens is None) and _generated(outcome):
+            usage = estimated_usage(
+                usage,
+                request_bytes=len(msgspec.json.encode(spec.body)),
+                output_bytes=_output_bytes(outcome),
+            )
         overrun = self.tracker.record_turn(usage, outcome.model or r.model)
+        data = model_response_data(r, spec, outcome, attempt.attempts, usage)
+        if usage is not reported:
+            data["usage_estimated"] = True
+        await self.record("model_response", data=data)
         event = input_for_outcome(outcome)
         if event is OpInput.TRANSIENT_FAILURE:
-            # The transport already retried within its policy: what reaches us is final.
-            event = OpInput.API_FAILURE
+            # The transport already retried within its policy: what reaches us is final,
+            # the retries exhausted (RETRY -> FAILED). With a side effect's outcome still
+            # unknown it is a stop for a person instead (below, from MODEL_REQUESTED).
+            if unresolved_unknowns(snap.calls):
+                event = OpInput.API_FAILURE
+            else:
+                await self.to(OpInput.TRANSIENT_FAILURE)
+                event = OpInput.RETRY_EXHAUSTED
         if (
             not outcome.complete
             and event is not OpInput.PAUSED
@@ -347,6 +356,12 @@ class OperationDrive:
         # Before any handler runs: a handler may change the arguments it is given in
         # place, and a key computed after that would disown a result that is the call's.
         keys = {v.call.call_id: trusted_key(v, snap.operation_id) for v in executables}
+        # Recorded now too: what each result will be bound to, sealed the moment its
+        # handler returns (see binding_step).
+        contexts = {
+            v.call.call_id: binding_context(self, v.call, v.spec, keys[v.call.call_id])
+            for v in executables
+        }
         results: dict[str, CallResult] = {}
         if executables:
             ctx = DispatchContext(
@@ -361,6 +376,7 @@ class OperationDrive:
                 model=r.model,
                 tool_limiters=r._tool_limiters,
                 limiter=self.parallel,
+                seal=lambda item, res: seal(contexts[item.call.call_id], item, res, r._secret),
             )
             remaining = self.tracker.remaining_seconds(r._clock())
             for res in await execute_calls(executables, ctx, remaining_seconds=remaining):
@@ -391,7 +407,10 @@ class OperationDrive:
             if unresolved:
                 # A side effect may have happened and nothing could settle it: keep every
                 # result in the audit and stop for a human, sending nothing.
-                if await self.bind(verdicts, results, decisions, keys) is not None:
+                bound = await bind_results(
+                    self, verdicts, results, decisions, keys=keys, contexts=contexts
+                )
+                if bound is not None:
                     which = "; ".join(
                         f"{u.tool} ({u.call.call_id}): {u.detail}" for u in unresolved
                     )
@@ -402,151 +421,15 @@ class OperationDrive:
                     )
                 return
             await self.to(OpInput.RESULTS_DONE)
-        verified = await self.bind(verdicts, results, decisions, keys)
+        verified = await bind_results(
+            self, verdicts, results, decisions, keys=keys, contexts=contexts
+        )
         if verified is None:
             return
         snap.messages.extend(r._adapter.encode_results(outcome, verified))
         await self.to(OpInput.RESULTS_SENT)
 
-    async def bind(
-        self,
-        verdicts: list[Verdict],
-        results: dict[str, CallResult],
-        decisions: dict[str, ApprovalDecision] | None,
-        keys: dict[str, str | None],
-    ) -> list[ModelResult] | None:
-        """Bind every result to its call, verify the set against callgate's own records and
-        return the wire projections in proposal order (None: the operation FAILED).
-        ``keys``: the idempotency keys computed from the validated calls before dispatch."""
-        r, snap = self.r, self.snap
-        outcome = snap.outcome
-        assert outcome is not None
-        trusted: list[TrustedCall] = []
-        bound: list[BoundResult] = []
-        summaries: list[CallSummary] = []
-        covered: list[tuple[Any, Any]] = []  # what each bound result's digests cover
-        # A repeated call id cannot carry a result of its own: providers key results by
-        # call id (and verify_result_set refuses two results for one key), so the first
-        # occurrence's result answers it. The repeat is audited and summarised, not sent.
-        repeats: list[tuple[int, CallSummary]] = []
-        for position, v in enumerate(verdicts):
-            call = v.call
-            spec = v.spec
-            if isinstance(v, Rejected) and v.envelope.code is ErrorCode.DUPLICATE_CALL:
-                code = ErrorCode.DUPLICATE_CALL.value
-                await self.emit(
-                    CallRejected(
-                        operation_id=snap.operation_id,
-                        call_id=call.call_id,
-                        name=call.name,
-                        code=code,
-                    )
-                )
-                summary = CallSummary(
-                    turn=self.tracker.turns,
-                    response_id=outcome.response_id,
-                    call_id=call.call_id,
-                    tool=call.name,
-                    status=code,
-                )
-                repeats.append((position, summary))
-                continue
-            key = keys.get(call.call_id)  # callgate's own, not the dispatcher's
-            ctx = BindingContext(
-                provider=r.provider,
-                api_family=r._adapter.family,
-                response_id=outcome.response_id,
-                call_id=call.call_id,
-                operation_id=snap.operation_id,
-                idempotency_key=key or "",
-                adapter_revision=r._adapter.revision,
-                tenant_ref=snap.tenant,
-                subject_ref=snap.subject,
-                input_revision=spec.revisions.input if spec else None,
-                output_revision=spec.revisions.output if spec else None,
-                effect_revision=spec.revisions.effect if spec else None,
-                handler_revision=spec.revisions.handler if spec else None,
-                producer_revision=spec.revisions.producer if spec else None,
-                policy_revision=spec.revisions.policy if spec else None,
-            )
-            args = bindable_arguments(call)
-            if isinstance(v, Rejected):
-                model_result, is_error, status = (
-                    v.envelope.to_model_result(),
-                    True,
-                    v.envelope.code.value,
-                )
-                await self.emit(
-                    CallRejected(
-                        operation_id=snap.operation_id,
-                        call_id=call.call_id,
-                        name=call.name,
-                        code=status,
-                    )
-                )
-            else:
-                res = results[call.call_id]
-                if not answers(res, v, key):
-                    # A result the dispatcher labelled with this call but produced for
-                    # another (other arguments, tool or key): never bound to this one.
-                    await self._binding_failed(
-                        f"the result labelled {call.call_id!r} answers another call",
-                        outcome.raw_reason,
-                    )
-                    return None
-                model_result, is_error, status = res.model_result, res.is_error, res.status
-            trusted.append(TrustedCall.record(ctx, call.name, args))
-            b = bind(ctx, call.name, args, model_result, is_error, r._secret)
-            bound.append(b)
-            covered.append((argument_value(call), model_result))
-            approval_id = (
-                decisions[call.call_id].approval_id
-                if decisions and call.call_id in decisions
-                else None
-            )
-            summaries.append(
-                CallSummary(
-                    turn=self.tracker.turns,
-                    response_id=outcome.response_id,
-                    call_id=call.call_id,
-                    tool=call.name,
-                    status=status,
-                    idempotency_key=key,
-                    approval_id=approval_id,
-                    binding_sha256=b.protected_audit.binding_sha256,
-                )
-            )
-        try:
-            verified = verify_result_set(trusted, bound, r._secret)
-        except BindingError as exc:
-            await self._binding_failed(str(exc), outcome.raw_reason)
-            return None
-        for b, s, values in zip(verified, summaries, covered, strict=True):
-            pa = b.protected_audit
-            # binding_sha256 covers both digests: unkeyed, it is as guessable as they are;
-            # an HMAC under the binding secret is not, and stays as the snapshot shows it.
-            digests = {"request_sha256": pa.request_sha256, "result_sha256": pa.result_sha256}
-            keyed_binding = {"binding_sha256": pa.binding_sha256} if pa.hmac else {}
-            if not pa.hmac:
-                digests["binding_sha256"] = pa.binding_sha256
-            await self.record(
-                "result",
-                call=None,
-                tool=s.tool,
-                data={
-                    "call_id": s.call_id,
-                    "status": s.status,
-                    **self._digests(s.tool, *values, **digests),
-                    **keyed_binding,
-                },
-            )
-        for position, summary in repeats:  # ascending: each lands at its proposal position
-            summaries.insert(position, summary)
-        snap.calls.extend(summaries)
-        snap.approvals = {}
-        return [to_model_result(b) for b in verified]
-
-    async def _binding_failed(self, reason: str, raw_reason: str | None) -> None:
+    async def binding_failed(self, reason: str, raw_reason: str | None) -> None:
         await self.record("binding_failed", data={"reason": reason})
         await self.stop(OpInput.BINDING_MISMATCH, f"result binding failed: {reason}", raw_reason)
 
@@ -603,3 +486,17 @@ class OperationDrive:
     ) -> dict[str, str | None]:
         spec = self.r.registry.get(tool) if tool is not None else None
         return audit_digests(spec, self.audit, self.r._audit_secret, covered, digests)
+
+
+def _generated(outcome: TurnOutcome) -> bool:
+    """Whether the model produced anything this turn (billed output), as opposed to a
+    request refused before generation (an HTTP error, a connection that never answered)."""
+    return (
+        bool(outcome.response_id or outcome.text or outcome.refusal or outcome.calls)
+        or outcome.kind is not OutcomeKind.FAILED
+    )
+
+
+def _output_bytes(outcome: TurnOutcome) -> int:
+    text = len(outcome.text.encode()) + len(outcome.refusal.encode())
+    return text + sum(len(c.raw_arguments) + len(c.name) for c in outcome.calls)
