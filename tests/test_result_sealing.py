@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from callgate.engine import OpState, Registry, ToolContext, ToolSpec
+from callgate.engine import OpState, Registry, RiskClass, ToolContext, ToolSpec
 from callgate.engine.core.binding import (
     BindingContext,
     binding_digest,
@@ -172,8 +172,41 @@ async def test_the_trail_records_who_answered_and_what_each_binding_covers(provi
         assert first["api_headers"] == {"anthropic-version": "2023-06-01"}
     (record,) = [r for r in sink.records if r.kind == "result"]
     bound = record.data["binding"]
-    ctx = BindingContext(call_id="c_1", **{k: v for k, v in bound.items() if k != "hmac"})
+    assert "idempotency_key" not in bound  # (in the executed record, as redaction allows)
+    fields = {k: v for k, v in bound.items() if k != "hmac"}
+    ctx = BindingContext(call_id="c_1", idempotency_key="", **fields)  # a read has no key
     assert (ctx.tenant_ref, ctx.subject_ref, ctx.response_id) == ("acme", "u-42", "resp_1")
     request_sha, result_sha = record.data["request_sha256"], record.data["result_sha256"]
     assert binding_digest(ctx, request_sha, result_sha, None) == record.data["binding_sha256"]
     assert result.calls[0].binding_sha256 == record.data["binding_sha256"]
+
+
+class PinArgs(msgspec.Struct, forbid_unknown_fields=True):
+    account: str
+    pin: str
+
+
+async def test_the_trail_never_holds_a_plain_idempotency_key_of_a_sensitive_write() -> None:
+    # The key is a plain SHA-256 over the business arguments: in the trail, it would let a
+    # redacted PIN be guessed back from its few thousand candidates.
+    def pay(args: PinArgs, ctx: ToolContext) -> dict[str, bool]:
+        return {"paid": True}
+
+    spec = ToolSpec(
+        name="pay",
+        description="Pay.",
+        args_type=PinArgs,
+        handler=pay,
+        risk=RiskClass.WRITE,
+        sensitive_paths=("$.pin",),
+    )
+    sink = MemoryAuditSink()
+    call = [("c_1", "pay", '{"account":"a1","pin":"4821"}')]
+    async with ReplayServer([turn(P, calls=call), turn(P, text="ok")]) as server:
+        runner = chat_runner(server.base_url, Registry([spec]), None, audit=sink.write)
+        result = await runner.start("Pay", operation_id="op_pin")
+    assert result.state is OpState.COMPLETED and result.calls[0].idempotency_key
+    key = spec.idempotency_key("op_pin", PinArgs(account="a1", pin="4821"))
+    assert key == result.calls[0].idempotency_key
+    assert not any(key.encode() in line for line in sink.lines)
+    assert not any(b'"4821"' in line for line in sink.lines)

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from callgate.engine.core.states import OpInput, OpState
-from callgate.engine.runtime import loop
+from callgate.engine.runtime import recovery
 from callgate.engine.runtime.operation import SNAPSHOT_DECODER
 from callgate.engine.runtime.progress import ProgressEvent, StateChanged
 from callgate.engine.runtime.replay import ReplayServer, ReplayTurn
@@ -128,7 +128,7 @@ class _HangingStore(MemoryStore):
 
 
 async def test_a_settle_whose_release_times_out_raises_a_store_error(monkeypatch: Any) -> None:
-    monkeypatch.setattr(loop, "_RELEASE_TIMEOUT", 0.3)
+    monkeypatch.setattr(recovery, "_RELEASE_TIMEOUT", 0.3)
     store = _HangingStore()
 
     async def boom(event: ProgressEvent) -> None:  # the sink fails, and the store is down

@@ -41,8 +41,13 @@ if TYPE_CHECKING:
 __all__ = ["bind_results", "binding_context"]
 
 # The binding context as the result's audit record keeps it (call id and tool are there
-# already; the digests go through the redaction rules of ``audit_digests``).
-_CONTEXT_FIELDS = (*(f for f in BindingContext.__struct_fields__ if f != "call_id"), "hmac")
+# already; the digests go through the redaction rules of ``audit_digests``, and so does
+# the idempotency key, in the call's ``executed`` record: a plain SHA-256 over the
+# business arguments, it would let redacted values be guessed back).
+_CONTEXT_FIELDS = (
+    *(f for f in BindingContext.__struct_fields__ if f not in ("call_id", "idempotency_key")),
+    "hmac",
+)
 
 
 def binding_context(

@@ -242,7 +242,12 @@ def seal(
     at the moment it was produced for that item: a body moved to another call later no
     longer matches its binding."""
     args = bindable_arguments(item.call)
-    bound = bind(binding, item.call.name, args, result.model_result, result.is_error, secret)
+    try:
+        bound = bind(binding, item.call.name, args, result.model_result, result.is_error, secret)
+    except ConfigError:
+        # (A result with no canonical form.) Left unsealed, it fails the turn's binding
+        # step; raised here, it would cancel the turn's other calls mid-handler.
+        return result
     return msgspec.structs.replace(result, bound=bound)
 
 

@@ -25,7 +25,7 @@ import msgspec
 
 from callgate.engine.core.adapter import EncodeSide, load_adapter
 from callgate.engine.core.audit import AuditChain, AuditRecord
-from callgate.engine.core.errors import ConfigError, StaleWriteError, StoreError
+from callgate.engine.core.errors import ConfigError, StoreError
 from callgate.engine.core.guards import Budgets, BudgetTracker
 from callgate.engine.core.ids import new_operation_id
 from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
@@ -34,13 +34,11 @@ from callgate.engine.core.states import (
     TERMINAL,
     OpInput,
     OpState,
-    StopInfo,
 )
 from callgate.engine.core.validation import (
     ApprovalDecision,
 )
 from callgate.engine.store.base import OperationRecord, Store
-from callgate.engine.store.errors import StoreUnavailable
 
 from .decisions import collect_decisions
 from .operation import (
@@ -55,6 +53,7 @@ from .progress import (
     OperationEnded,
     ProgressEvent,
 )
+from .recovery import drive_failed, mark_past_pause, release, settle_stuck
 from .steps import OperationDrive
 from .transport import ProviderEndpoint, RetryPolicy, TransportTimeouts
 
@@ -62,12 +61,6 @@ AuditWriter = Callable[[AuditRecord], Awaitable[None]]
 
 
 __all__ = ["CallSummary", "OperationResult", "Runner"]
-
-# How long the shielded release of a claim after a failed drive may take. It is one read
-# and one write; 10 s rides out a briefly busy store, and the bound keeps a cancelled task
-# from being held by a store that stopped answering. A release that does not finish leaves
-# the claim to ``claim_stale_after``.
-_RELEASE_TIMEOUT = 10.0
 
 
 class Runner:
@@ -173,6 +166,10 @@ class Runner:
         self._max_tokens = max_tokens
         if audit_secret is not None and not audit_secret:
             raise ConfigError("the audit secret must not be empty")
+        if binding_secret is not None and not binding_secret:
+            # (Refused here, not at the first result: binding runs as each handler
+            # returns, and a failure there would cut the turn's other calls short.)
+            raise ConfigError("the binding secret must not be empty")
         self._secret = binding_secret
         self._audit = audit
         self._audit_secret = audit_secret
@@ -266,11 +263,11 @@ class Runner:
             stale_after=self._claim_stale_after,
         )
         if token is None:  # not claimable (another worker holds it, or not paused)
-            return await self._settle_stuck(operation_id, now)
+            return await settle_stuck(self, operation_id, now)
         # This drive's own marks (the runner may drive others meanwhile); the first model
         # request is made durable first (see the docstring).
         marks = DriveMarks()
-        marks.before_first_ask = lambda: self._mark_past_pause(operation_id, token, marks)
+        marks.before_first_ask = lambda: mark_past_pause(self, operation_id, token, marks)
         async with self._released_on_failure(operation_id, token, marks=marks):
             record = await store.get_operation(operation_id)
             if record is None:
@@ -367,158 +364,11 @@ class Runner:
                 what = f"the drive raised {type(exc).__name__}"
                 if not escalate:
                     what = f"the resumed drive raised {type(exc).__name__} after asking the model"
-                stop = _drive_failed(what)
-                await self._release(operation_id, token, exc, stop=stop, marks=marks)
+                stop = drive_failed(what)
+                await release(self, operation_id, token, exc, stop=stop, marks=marks)
             else:
-                await self._release(operation_id, token, exc)
+                await release(self, operation_id, token, exc)
             raise
-
-    async def _settle_stuck(self, operation_id: str, now: float) -> OperationResult:
-        """``resume`` of an operation it cannot claim as paused. One that no drive holds
-        any more (its start failed and could not be escalated, or its worker stopped and
-        the claim went stale) in a state a drive only passes through is ended
-        ``escalated``: replaying it would ask the model again, and a different call than
-        the one that may already have run could repeat a side effect."""
-        record = await self._need_store().get_operation(operation_id)
-        if record is None:
-            raise StoreError(f"no operation {operation_id}")
-        snap = decode_snapshot(record.snapshot, operation_id)
-        if snap.state in TERMINAL:
-            return self._result(snap)
-        if snap.state is OpState.WAITING_APPROVAL:
-            # Not claimable although paused: another resume holds it (its decisions are
-            # being acted on: nothing is left for a person), or it was released meanwhile.
-            return self._result(snap, busy=record.owner is not None)
-        token = await self._need_store().claim_operation(
-            operation_id,
-            self.worker_id,
-            now=now,
-            from_states=[snap.state.value],
-            stale_after=self._claim_stale_after,
-        )
-        if token is None:  # a live drive holds it
-            return self._result(await self._load(operation_id), busy=True)
-        error = StoreError(f"operation {operation_id}: no drive holds it")
-        stop = _drive_failed("no drive holds it (its start failed, or its worker stopped)")
-        failure = await self._release(operation_id, token, error, stop=stop)
-        if failure is not None:
-            # Settling it failed: the store's own error (a retry policy keyed on
-            # StoreUnavailable must see it), never reported as settled.
-            failure.add_note(f"callgate: settling {operation_id} (no drive holds it) failed")
-            raise failure
-        return self._result(await self._load(operation_id))
-
-    async def _release(
-        self,
-        operation_id: str,
-        token: int,
-        exc: BaseException,
-        *,
-        stop: StopInfo | None = None,
-        marks: DriveMarks | None = None,
-    ) -> Exception | None:
-        # Returns the store's own failure when the release failed (noted on ``exc`` too).
-        # Only the owner changes: the snapshot stays the one last persisted (the pause, or
-        # the operation as created). The failed drive's in-memory snapshot may stop
-        # mid-step — state advanced past the pause, approvals cleared, results bound but
-        # never sent — and persisting it could lose the pause or skip work. Replaying from
-        # the last persisted point is safe: consumed approvals still count (``_decision``)
-        # and the idempotency ledger answers calls that already ran. The cost: the failed
-        # attempt's audit records stay in the sink, and the retry's records chain again
-        # from the persisted head (a branch in the trail that shows both attempts).
-        # With ``stop`` the persisted snapshot ends there instead, when replaying from it
-        # would ask the model again (a start's operation as created, or the pause of a
-        # resume whose drive already sent a model request): the model may word a call that
-        # already ran differently, under a new idempotency key, and repeat its effect.
-        store = self._need_store()
-        deadline = anyio.current_time() + _RELEASE_TIMEOUT
-        with anyio.CancelScope(shield=True, deadline=deadline):
-            try:
-                record = await store.get_operation(operation_id)
-                if record is None or record.owner is None or record.fencing_token != token:
-                    return None  # released by the drive itself, or taken over: not ours now
-                changes: dict[str, Any] = {"owner": None, "updated_at": self._clock()}
-                if stop is not None:
-                    snap = decode_snapshot(record.snapshot, operation_id)
-                    position = await self._record_end(snap, stop, marks)
-                    changes.update(_restated(snap, stop.state, position, stop=stop))
-                await store.save_operation(
-                    msgspec.structs.replace(record, **changes),
-                    expected_version=record.version,
-                    fencing_token=token,
-                )
-                return None
-            except StaleWriteError:
-                return None  # another worker took the operation over meanwhile
-            except Exception as err:  # the original failure must still reach the caller
-                exc.add_note(
-                    f"callgate: releasing the claim on {operation_id} failed too "
-                    f"({type(err).__name__}); it stays claimed until claim_stale_after"
-                )
-                return err
-        exc.add_note(
-            f"callgate: releasing the claim on {operation_id} timed out; it stays "
-            "claimed until claim_stale_after"
-        )
-        return StoreUnavailable(f"releasing the claim on {operation_id} timed out")
-
-    async def _record_end(
-        self, snap: OperationSnapshot, stop: StopInfo, marks: DriveMarks | None
-    ) -> tuple[int, str] | None:
-        """Chain a failed drive's end (its move to ``stop.state``) into the audit trail
-        after the records that drive wrote, so the trail itself shows how the operation
-        ended. Returns where the chain then stands, for the snapshot (None: as persisted).
-        A sink that fails or stalls here costs only this record: the snapshot's stop still
-        says why, and the head stays the last record written. Without ``marks`` (settling
-        a dead worker's operation) nothing is appended: that worker may have written
-        records past the persisted head, and a record chained to the head would fork the
-        trail."""
-        if marks is None:
-            return None
-        position = marks.audit
-        if self._audit is None:
-            return position
-        seq, head = position or (snap.audit_seq, snap.audit_head)
-        old = marks.state or snap.state
-        chain = AuditChain(secret=self._audit_secret, start_seq=seq, prev_digest=head)
-        rec = chain.append(
-            "state",
-            ts=self._clock(),
-            operation_id=snap.operation_id,
-            call_id=None,
-            tool=None,
-            data={
-                "from": old.value,
-                "to": stop.state.value,
-                "input": stop.input.value,
-                "reason": stop.reason,
-            },
-        )
-        with anyio.move_on_after(_RELEASE_TIMEOUT / 2):
-            try:
-                await self._audit(rec)
-            except Exception:
-                return position
-            return (chain.next_seq, chain.head)
-        return position
-
-    async def _mark_past_pause(self, operation_id: str, token: int, marks: DriveMarks) -> None:
-        """Persist that a resumed drive is about to ask the model again: the row leaves
-        ``waiting_approval`` (as ``model_requested``, the snapshot otherwise the pause as
-        persisted), so no later resume can replay the pause once this request has left,
-        even if this worker dies without a word (``_settle_stuck`` ends it escalated).
-        A claim taken over meanwhile fails here, before the request."""
-        store = self._need_store()
-        record = await store.get_operation(operation_id)
-        if record is None:
-            raise StoreError(f"no operation {operation_id}")
-        snap = decode_snapshot(record.snapshot, operation_id)
-        changes = _restated(snap, OpState.MODEL_REQUESTED, marks.audit)
-        await store.save_operation(
-            msgspec.structs.replace(record, **changes, updated_at=self._clock()),
-            expected_version=record.version,
-            fencing_token=token,
-        )
 
     async def _load(self, operation_id: str) -> OperationSnapshot:
         record = await self._need_store().get_operation(operation_id)
@@ -563,8 +413,8 @@ class Runner:
     def _result(
         snap: OperationSnapshot, pending: tuple[str, ...] | None = None, *, busy: bool = False
     ) -> OperationResult:
-        if busy or snap.state is not OpState.WAITING_APPROVAL:
-            pending = ()
+        if snap.state is not OpState.WAITING_APPROVAL or (busy and pending is None):
+            pending = ()  # (busy: only what the caller found undecided is listed)
         elif pending is None:  # as requested at the pause (a resume read the store since)
             pending = tuple(snap.approvals.values() if snap.pending is None else snap.pending)
         return OperationResult(
@@ -576,25 +426,6 @@ class Runner:
             pending_approvals=pending,
             busy=busy and snap.state not in TERMINAL,
         )
-
-
-def _restated(
-    snap: OperationSnapshot,
-    state: OpState,
-    audit: tuple[int, str] | None,
-    *,
-    stop: StopInfo | None = None,
-) -> dict[str, Any]:
-    """The row's persisted snapshot ``snap`` (the pause, or the operation as created:
-    never a failed drive's mid-step one) moved to ``state``, stopped with ``stop`` if
-    given, with the audit position ``audit`` of the records the drive wrote (where a
-    verifier must find the trail's end): the changes for ``save_operation``."""
-    snap.state = state
-    if stop is not None:
-        snap.stop = stop
-    if audit is not None:
-        snap.audit_seq, snap.audit_head = audit
-    return {"state": state.value, "snapshot": msgspec.json.encode(snap)}
 
 
 def _irreversible(spec: ToolSpec) -> bool:
@@ -610,14 +441,3 @@ def _check_texts(**texts: str) -> None:
                 f"the {what} is not valid UTF-8 text (it holds a lone surrogate); "
                 "nothing was started"
             ) from None
-
-
-def _drive_failed(what: str) -> StopInfo:
-    return StopInfo(
-        state=OpState.ESCALATED,
-        input=OpInput.DRIVE_FAILED,
-        provider_reason=None,
-        reason=(
-            f"no verdict: {what}; calls that ran are in the idempotency ledger and the audit trail"
-        ),
-    )

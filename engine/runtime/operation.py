@@ -91,8 +91,8 @@ class OperationResult(msgspec.Struct, frozen=True, kw_only=True):
     (two workers resuming it at once, or a resume while one is still running): this call
     did nothing, ``state`` is where that drive last persisted it (WAITING_APPROVAL while
     it acts on the decisions, or a state it only passes through) and
-    ``pending_approvals`` is empty, since nothing is left for a person to decide. Resume
-    again, or read the operation, once that drive is done."""
+    ``pending_approvals`` lists only approvals nobody has decided yet (none once that
+    drive is past the pause). Resume again, or read the operation, once it is done."""
 
     operation_id: str
     state: OpState

@@ -150,10 +150,11 @@ class OperationDrive:
 
     async def to(self, event: OpInput) -> None:
         old = self.snap.state
-        self.snap.state = self.marks.state = transition(old, event)
+        self.snap.state = transition(old, event)
         await self.record(
             "state", data={"from": old.value, "to": self.snap.state.value, "input": event.value}
         )
+        self.marks.state = self.snap.state  # (once the trail holds it)
         await self.emit(
             StateChanged(
                 operation_id=self.snap.operation_id,
@@ -246,7 +247,9 @@ class OperationDrive:
             # The transport already retried within its policy: what reaches us is final,
             # the retries exhausted (RETRY -> FAILED). With a side effect's outcome still
             # unknown it is a stop for a person instead (below, from MODEL_REQUESTED).
-            if unresolved_unknowns(snap.calls):
+            if unresolved_unknowns(snap.calls) or attempt.attempts < 2:
+                # (One attempt only, the deadline or the policy leaving no room for a
+                # retry: no retry ran out, the provider's failure is the end.)
                 event = OpInput.API_FAILURE
             else:
                 await self.to(OpInput.TRANSIENT_FAILURE)
