@@ -1,6 +1,7 @@
 """Gemini Interactions wire views: the fields of an SSE event the adapter reads, decoded by
-msgspec (gc=False: decoded JSON has no cycles), and the reading of the values taken unread
-(``msgspec.Raw``): a step's payload and a call's ``arguments``.
+msgspec (gc=False: decoded JSON has no cycles), the reading of the values taken unread
+(``msgspec.Raw``): a step's payload and a call's ``arguments``, and the usage and error
+objects as engine values.
 
 Owns no state and emits no engine event; ``gemini_interactions.py`` translates what these
 views hold. msgspec checks the UTF-8 of what it decodes, not of what it skips or keeps as
@@ -15,6 +16,8 @@ from typing import Any, Final
 import msgspec
 
 from callgate.engine.core.errors import StreamProtocolError
+from callgate.engine.core.outcome import ProviderErrorInfo, token_sum
+from callgate.engine.core.outcome import Usage as EngineUsage
 
 __all__ = [
     "DECODER",
@@ -36,12 +39,14 @@ __all__ = [
     "HotEvent",
     "Interaction",
     "Step",
+    "error_info",
     "given",
     "is_string",
     "output",
     "placeholder",
     "string",
     "text",
+    "usage",
     "value",
 ]
 
@@ -69,6 +74,10 @@ NO_VALUE: Final = msgspec.Raw()
 _NULL: Final = msgspec.Raw(b"null")
 # An object without members: the `arguments` placeholder of a function_call step.start.
 _EMPTY_OBJECT: Final = re.compile(rb"\{[ \t\r\n]*\}")
+# In-stream error codes worth retrying: the server, not the request, is at fault.
+_RETRYABLE: Final = frozenset(
+    {429, 500, 503, "429", "500", "503", "UNAVAILABLE", "RESOURCE_EXHAUSTED"}
+)
 
 
 class Delta(msgspec.Struct, gc=False):
@@ -155,6 +164,31 @@ DECODER: Final = msgspec.json.Decoder(Event)
 HOT_DECODER: Final = msgspec.json.Decoder(HotEvent)
 STEP_DECODER: Final = msgspec.json.Decoder(Step)
 _STRING: Final = msgspec.json.Decoder(str)
+
+
+def usage(view: Usage) -> EngineUsage:
+    """An interaction's usage as engine ``Usage``."""
+    return EngineUsage(
+        # The tool-use prompt tokens are billed prompt tokens too.
+        input_tokens=token_sum(view.total_input_tokens, view.total_tool_use_tokens),
+        # total_output_tokens leaves the (billed) thoughts out.
+        output_tokens=token_sum(view.total_output_tokens, view.total_thought_tokens),
+        reasoning_tokens=view.total_thought_tokens,
+        cached_input_tokens=view.total_cached_tokens,
+    )
+
+
+def error_info(error: Error | None) -> ProviderErrorInfo:
+    """An ``error`` event's error (or its absence) as ``ProviderErrorInfo``."""
+    if error is None:
+        return ProviderErrorInfo(code="error")
+    code = error.code
+    return ProviderErrorInfo(
+        code=error.status or (str(code) if code is not None else None),
+        message=error.message,
+        status=code if isinstance(code, int) else None,
+        retryable=code in _RETRYABLE or error.status in _RETRYABLE,
+    )
 
 
 def output(step: Step) -> tuple[list[str], list[Any]]:

@@ -1,7 +1,12 @@
 """OpenAI Responses wire views: the fields of each streamed event the adapter reads,
 decoded by msgspec (gc=False: decoded JSON has no cycles), the usage object as engine
 ``Usage``, the check that a function call's raw ``arguments`` member is a string, and
-an output item rewritten as the next request's input item.
+the encode side's rewriting of a turn's output items as the next request's input items.
+
+Every event view but the argument delta's reads the event's own ``type`` (``Typed``), so
+that the adapter can hold it to the SSE ``event:`` name; ``TYPED`` reads nothing else (an
+event the adapter does not act on is still decoded, so malformed JSON never passes
+unseen).
 
 Owns no state and emits no engine event; ``openai_responses.py`` translates what these
 views hold.
@@ -14,7 +19,7 @@ from typing import Any
 import msgspec
 
 from callgate.engine.core.errors import StreamProtocolError
-from callgate.engine.core.outcome import Usage
+from callgate.engine.core.outcome import TurnOutcome, Usage
 
 from ._openai_common import ErrorView
 
@@ -28,15 +33,27 @@ __all__ = [
     "ITEM_DONE",
     "JSON",
     "LIFECYCLE",
+    "PART",
     "REFUSAL_DONE",
+    "TERMINAL",
     "TEXT_DELTA",
     "TEXT_DONE",
     "TYPE",
+    "TYPED",
     "ResponseView",
+    "TerminalView",
+    "Typed",
+    "echo",
     "input_item",
     "string_literal",
     "usage",
 ]
+
+
+class Typed(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """The event's own ``type`` (absent in some hand-built streams: then not checked)."""
+
+    type: str | None = None
 
 
 class _InputDetailsView(msgspec.Struct, frozen=True, gc=False):
@@ -67,8 +84,18 @@ class ResponseView(msgspec.Struct, frozen=True, gc=False):
     incomplete_details: _IncompleteView | None = None
 
 
-class _LifecycleEvent(msgspec.Struct, frozen=True, gc=False):
+class TerminalView(ResponseView, frozen=True, gc=False):
+    # The full output of a terminal event, member by member: its function_call items are
+    # checked against the streamed calls (their ``arguments`` stay raw literals).
+    output: list[dict[str, msgspec.Raw]] | None = None
+
+
+class _LifecycleEvent(Typed, frozen=True, gc=False):
     response: ResponseView | None = None
+
+
+class _TerminalEvent(Typed, frozen=True, gc=False):
+    response: TerminalView | None = None
 
 
 class _AddedItemView(msgspec.Struct, frozen=True, gc=False):
@@ -78,12 +105,12 @@ class _AddedItemView(msgspec.Struct, frozen=True, gc=False):
     name: str | None = None
 
 
-class _ItemAddedEvent(msgspec.Struct, frozen=True, gc=False):
+class _ItemAddedEvent(Typed, frozen=True, gc=False):
     output_index: int
     item: _AddedItemView
 
 
-class _ItemDoneEvent(msgspec.Struct, frozen=True, gc=False):
+class _ItemDoneEvent(Typed, frozen=True, gc=False):
     output_index: int
     # Kept for the stateless echo, so decoded member by member (a function call's
     # ``arguments`` stays a raw literal: it repeats the streamed text).
@@ -91,46 +118,67 @@ class _ItemDoneEvent(msgspec.Struct, frozen=True, gc=False):
 
 
 class _ArgumentsDeltaEvent(msgspec.Struct, frozen=True, gc=False):
+    # Nearly every event, so its ``type`` is not read (a cost on every fragment, 5-7% of
+    # a long call's decode). A fragment from an event of another type cannot pass
+    # unseen: the done events repeat the call's whole text, which must equal the
+    # fragments.
     delta: str
     output_index: int | None = None
     # Read even when output_index is there: the two must name the same call.
     item_id: str | None = None
 
 
-class _ArgumentsDoneEvent(msgspec.Struct, frozen=True, gc=False):
+class _ArgumentsDoneEvent(Typed, frozen=True, gc=False):
     # The whole text again: kept as its raw JSON literal, compared without a decoded copy.
     arguments: msgspec.Raw = msgspec.Raw()  # empty when absent
     output_index: int | None = None
     item_id: str | None = None
 
 
-class _DeltaEvent(msgspec.Struct, frozen=True, gc=False):
+class _DeltaEvent(Typed, frozen=True, gc=False):
     delta: str
 
 
-class _TextDeltaEvent(msgspec.Struct, frozen=True, gc=False):
-    # The part a text delta belongs to: a part that got none takes its done text.
+class _TextDeltaEvent(Typed, frozen=True, gc=False):
+    # The part a text delta belongs to (and its item): a part that got none takes its
+    # done text.
     delta: str
     output_index: int | None = None
     content_index: int | None = None
+    item_id: str | None = None
 
 
-class _TextDoneEvent(msgspec.Struct, frozen=True, gc=False):
+class _TextDoneEvent(Typed, frozen=True, gc=False):
     text: str = ""
     output_index: int | None = None
     content_index: int | None = None
 
 
-class _RefusalDoneEvent(msgspec.Struct, frozen=True, gc=False):
+class _RefusalDoneEvent(Typed, frozen=True, gc=False):
     refusal: str = ""
 
 
-class _ErrorEvent(msgspec.Struct, frozen=True, gc=False):
+class _ErrorEvent(Typed, frozen=True, gc=False):
     # Flat shape (SDK types) carries code/message at the top; the recorded shape nests
-    # them under "error". The top-level "type" is the event type, so it is not read.
+    # them under "error". The top-level "type" is the event type (``Typed``).
     code: str | int | None = None
     message: str | None = None
     error: ErrorView | str | None = None
+
+
+class _PartView(msgspec.Struct, frozen=True, gc=False):
+    # Loosely typed: the adapter checks each field's type where it uses it.
+    type: Any = None
+    text: Any = None
+    refusal: Any = None
+
+
+class _PartEvent(Typed, frozen=True, gc=False):
+    # response.content_part.added / .done: a refusal part is a refusal even when no
+    # refusal event follows, and a done part's text is one of its done texts.
+    output_index: int | None = None
+    content_index: int | None = None
+    part: _PartView | None = None
 
 
 class _TypeView(msgspec.Struct, frozen=True, gc=False):
@@ -138,6 +186,7 @@ class _TypeView(msgspec.Struct, frozen=True, gc=False):
 
 
 LIFECYCLE = msgspec.json.Decoder(_LifecycleEvent)
+TERMINAL = msgspec.json.Decoder(_TerminalEvent)
 ITEM_ADDED = msgspec.json.Decoder(_ItemAddedEvent)
 ITEM_DONE = msgspec.json.Decoder(_ItemDoneEvent)
 ARGS_DELTA = msgspec.json.Decoder(_ArgumentsDeltaEvent)
@@ -148,7 +197,9 @@ TEXT_DELTA = msgspec.json.Decoder(_TextDeltaEvent)
 TEXT_DONE = msgspec.json.Decoder(_TextDoneEvent)
 REFUSAL_DONE = msgspec.json.Decoder(_RefusalDoneEvent)
 ERROR = msgspec.json.Decoder(_ErrorEvent)
+PART = msgspec.json.Decoder(_PartEvent)
 TYPE = msgspec.json.Decoder(_TypeView)
+TYPED = msgspec.json.Decoder(Typed)
 JSON = msgspec.json.Decoder()
 _QUOTE, _NULL = ord('"'), b"null"
 
@@ -198,3 +249,50 @@ def input_item(kind: str, item: dict[str, Any]) -> dict[str, Any]:
         if "content" in echoed and not echoed["content"]:
             del echoed["content"]  # an empty (or null) reasoning_text list carries nothing
     return echoed
+
+
+def echo(outcome: TurnOutcome) -> list[dict[str, Any]]:
+    """The assistant echo of a turn (``OpenAIResponsesAdapter.assistant_echo`` says what
+    it holds): its kept output items as input items, in output order."""
+    calls = {call.index: call for call in outcome.calls}
+    ordered: list[tuple[int, int, dict[str, Any]]] = []
+    has_message = False
+    echoed_ids: set[object] = set()  # a repeated call id gets no result: not echoed
+    for cont in outcome.continuation:
+        if cont.kind == "reasoning" and not cont.item.get("encrypted_content"):
+            continue
+        echoed = input_item(cont.kind, cont.item)
+        if cont.kind == "function_call":
+            call = calls.pop(cont.index, None)
+            if call is not None and not echoed.get("call_id"):
+                # The result references the (derived) call id; the echo must too.
+                echoed["call_id"] = call.call_id
+            if echoed.get("arguments") is None:
+                # Left out of the kept item (or null there, as some compatible
+                # endpoints send it): the call's own bytes are the same text.
+                raw = call.raw_arguments if call is not None else b""
+                echoed["arguments"] = raw.decode("utf-8", "replace") or "{}"
+            if echoed.get("call_id") in echoed_ids:
+                continue
+            echoed_ids.add(echoed.get("call_id"))
+        elif cont.kind == "message":
+            has_message = True
+        ordered.append((cont.index, 0, echoed))
+    if outcome.text and not has_message:
+        # No message item was kept: carry the text as a plain assistant message.
+        ordered.append((-1, 0, {"role": "assistant", "content": outcome.text}))
+    for call in calls.values():
+        # A call whose output_item.done never came: rebuild it from what was streamed.
+        if call.call_id in echoed_ids:
+            continue
+        echoed_ids.add(call.call_id)
+        rebuilt: dict[str, Any] = {"type": "function_call"}
+        if call.item_id is not None:
+            rebuilt["id"] = call.item_id
+        rebuilt["call_id"] = call.call_id
+        rebuilt["name"] = call.name
+        # (A refused call holds no bytes; "{}" is how the API spells no arguments.)
+        rebuilt["arguments"] = call.raw_arguments.decode("utf-8", "replace") or "{}"
+        ordered.append((call.index, 1, rebuilt))
+    ordered.sort(key=lambda entry: (entry[0], entry[1]))
+    return [entry[2] for entry in ordered]

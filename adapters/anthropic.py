@@ -202,7 +202,18 @@ class AnthropicStream:
             raise StreamProtocolError("anthropic: message_stop without a stop_reason")
         self._done = True
         reason = self._stop_reason
-        out.append(Completion(FINISH_REASONS.get(reason, OutcomeKind.FAILED), reason))
+        kind = FINISH_REASONS.get(reason, OutcomeKind.FAILED)
+        if kind in (OutcomeKind.FINAL_TEXT, OutcomeKind.TOOL_PROPOSALS, OutcomeKind.PAUSED):
+            # A turn that goes on (run, echoed, resumed) needs its blocks whole: a block
+            # becomes an item only at its stop, so one still open would be missing from
+            # the echo (with its signature). A cut turn (max_tokens) may leave one open.
+            unstopped = [i for i, b in self._blocks.items() if b.open and b.kind != TOOL]
+            if unstopped:
+                raise StreamProtocolError(
+                    f"anthropic: content block {unstopped[0]} got no content_block_stop "
+                    "before message_stop"
+                )
+        out.append(Completion(kind, reason))
 
     def _error(self, ev: ErrorEvent, out: list[BatchEvent]) -> None:
         out.append(_provider_error(ev.error))

@@ -190,6 +190,7 @@ class GeminiStream:
                     and self._id_known
                     and self._thought_pos < 0
                     and self._run_start < 0
+                    and self._finish is None
                 ):
                     fc = continuation(chunk, self._usage)
                     if fc is not None:
@@ -288,6 +289,12 @@ class GeminiStream:
         self._part_pos = pos + 1
         fc = part.function_call
         if fc is not None:
+            if self._finish is not None:
+                # The candidate finished: a call now (a new one, or more of a streamed
+                # one) is not part of the turn its finishReason ended (as in Chat).
+                raise StreamProtocolError(
+                    f"gemini: functionCall part after finishReason {self._finish!r}"
+                )
             self._flush_thought(out)
             self._close_text()
             index = self._function_call(fc, out)

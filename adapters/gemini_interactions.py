@@ -16,7 +16,11 @@ Output text is text whether streamed (``text`` deltas) or whole in a ``model_out
 step.start (``content`` text items; its other items become a ``ProviderDetail``, as
 unknown steps do). Thought steps (signature, summary) and function-call signatures are
 kept as ``ContinuationItem``s; of a step's payload nothing else is held. The terminal
-status maps through ``FINISH_REASONS``.
+status maps through ``FINISH_REASONS``; the first status that ends the interaction short
+of success (failed, cancelled, incomplete) stands, whatever a later one says. A call's
+result can only go back as the continuation of its interaction, named by the id the
+server gave the call: a call without an id, or calls in an interaction without an id,
+fail the stream (before anything runs).
 
 Continuation is **stateful** (``previous_interaction_id``; the server keeps the model's
 turn, thought signatures included). So that the run loop's plain rule "messages = initial
@@ -52,13 +56,7 @@ from callgate.engine.core.events import (
     append_fragments,
 )
 from callgate.engine.core.limits import Limits
-from callgate.engine.core.outcome import (
-    OutcomeKind,
-    ProviderErrorInfo,
-    TurnOutcome,
-    Usage,
-    token_sum,
-)
+from callgate.engine.core.outcome import OutcomeKind, TurnOutcome
 from callgate.engine.core.sse import SSEEvent
 
 from . import _interactions_wire as wire
@@ -94,22 +92,23 @@ FINISH_REASONS: dict[str, OutcomeKind] = {
 
 # Statuses that end an interaction even when no interaction.completed follows.
 _FAILED_STATUSES: Final = frozenset({"failed", "cancelled"})
+# Statuses that end it short of success: the first one reported stands, so a later
+# status (an interaction.completed saying requires_action) cannot turn it into one.
+_ENDING_STATUSES: Final = _FAILED_STATUSES | {"incomplete"}
 
 # The ``type`` of the echo marker item; never sent to the provider.
 TURN_MARKER: Final = "callgate.interaction"
-
-_RETRYABLE: Final = frozenset(
-    {429, 500, 503, "429", "500", "503", "UNAVAILABLE", "RESOURCE_EXHAUSTED"}
-)
 
 
 class GeminiInteractionsStream:
     """Decoding state of one streamed interaction."""
 
     __slots__ = (
+        "_called",
         "_calls",
         "_done",
         "_held",
+        "_id",
         "_items",
         "_limits",
         "_meta_sent",
@@ -127,6 +126,10 @@ class GeminiInteractionsStream:
         self._status: str | None = None
         self._meta_sent = False
         self._done = False
+        # Whether the interaction has an id and a call was proposed: a call's result can
+        # only be sent as the continuation of the interaction (previous_interaction_id).
+        self._id = False
+        self._called = False
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
         out: list[BatchEvent] = []
@@ -186,7 +189,7 @@ class GeminiInteractionsStream:
             out += self._delta(ev)
             return
         if op == OP_ERROR:
-            out.append(_provider_error(ev.error))
+            out.append(ProviderError(wire.error_info(ev.error)))
             return
         if op is None:
             return  # keep-alives and event types newer than this adapter
@@ -202,9 +205,9 @@ class GeminiInteractionsStream:
             out += self._completed(ev.interaction)
         # interaction.status_update and its per-status variants
         elif ev.status is not None:
-            self._status = ev.status
+            self._report(ev.status)
         elif etype == "interaction.requires_action":
-            self._status = "requires_action"
+            self._report("requires_action")
 
     def end(self) -> list[EngineEvent]:
         # The Completion was emitted with interaction.completed; without it the turn
@@ -216,6 +219,24 @@ class GeminiInteractionsStream:
 
     # --- interaction level -------------------------------------------------------------
 
+    def _report(self, status: str) -> None:
+        """A status the server reported: the first that ends the interaction short of
+        success (failed, cancelled, incomplete) stands."""
+        if self._status not in _ENDING_STATUSES:
+            self._status = status
+
+    def _meta(self, interaction: wire.Interaction) -> list[EngineEvent]:
+        # An unstored interaction (store:false) has id "": nothing to continue from. The
+        # first id given counts (the assembler keeps the first non-empty one too).
+        if interaction.id and not self._id:
+            self._id = True
+            self._meta_sent = True
+            return [ResponseMeta(interaction.id, interaction.model)]
+        if not self._meta_sent and interaction.model:
+            self._meta_sent = True
+            return [ResponseMeta(None, interaction.model)]
+        return []
+
     def _created(self, interaction: wire.Interaction | None) -> list[EngineEvent]:
         if self._meta_sent:
             raise StreamProtocolError("interactions: interaction created twice")
@@ -223,40 +244,29 @@ class GeminiInteractionsStream:
         if interaction is None:
             raise StreamProtocolError("interactions: interaction.created without an interaction")
         if interaction.status is not None:
-            self._status = interaction.status
+            self._report(interaction.status)
         # An unstored interaction (store:false) has id "": nothing to continue from.
+        self._id = bool(interaction.id)
         return [ResponseMeta(interaction.id or None, interaction.model)]
 
     def _completed(self, interaction: wire.Interaction | None) -> list[EngineEvent]:
         self._done = True
         out: list[EngineEvent] = []
         if interaction is not None:
-            if not self._meta_sent and (interaction.id or interaction.model):
-                self._meta_sent = True
-                out.append(ResponseMeta(interaction.id or None, interaction.model))
+            out += self._meta(interaction)
             if interaction.status is not None:
-                self._status = interaction.status
-            usage = interaction.usage
-            if usage is not None:
-                out.append(
-                    UsageReport(
-                        Usage(
-                            # The tool-use prompt tokens are billed prompt tokens too.
-                            input_tokens=token_sum(
-                                usage.total_input_tokens, usage.total_tool_use_tokens
-                            ),
-                            # total_output_tokens leaves the (billed) thoughts out.
-                            output_tokens=token_sum(
-                                usage.total_output_tokens, usage.total_thought_tokens
-                            ),
-                            reasoning_tokens=usage.total_thought_tokens,
-                            cached_input_tokens=usage.total_cached_tokens,
-                        )
-                    )
-                )
+                self._report(interaction.status)
+            if interaction.usage is not None:
+                out.append(UsageReport(wire.usage(interaction.usage)))
         status = self._status
         if status is None:
             raise StreamProtocolError("interactions: interaction completed without a status")
+        if self._called and not self._id:
+            # The results of its calls could never be sent back: the next request
+            # continues the interaction by its id. Failed now, before any call runs.
+            raise StreamProtocolError(
+                "interactions: function calls in an interaction without an id"
+            )
         out.append(Completion(FINISH_REASONS.get(status, OutcomeKind.FAILED), status))
         return out
 
@@ -325,7 +335,7 @@ class GeminiInteractionsStream:
         if not isinstance(name, str):
             raise StreamProtocolError(f"interactions: function_call step {index} has no name")
         step.call_open = True
-        out: list[EngineEvent] = [CallStarted(index, name, call_id=call_id)]
+        out: list[EngineEvent] = [self._call_started(index, name, call_id)]
         if wire.is_string(args):
             # Argument text in a JSON string, as the legacy content.delta may carry it: an
             # empty one is the placeholder; any other is the whole text, as below.
@@ -345,6 +355,14 @@ class GeminiInteractionsStream:
             # the call is kept out of `_calls`, so all its deltas take that path).
             out.append(self._whole(index, step, args))
         return out
+
+    def _call_started(self, index: int, name: str, call_id: str | None) -> CallStarted:
+        if call_id is None:
+            # Its result must name the call by the id the server gave it (call_id): one
+            # callgate derived would answer a call the server does not know.
+            raise StreamProtocolError(f"interactions: function_call {index} has no id")
+        self._called = True
+        return CallStarted(index, name, call_id=call_id)
 
     @staticmethod
     def _whole(index: int, step: Step, args: msgspec.Raw) -> ArgumentsDelta:
@@ -405,7 +423,7 @@ class GeminiInteractionsStream:
         if delta.signature:
             step.signature = delta.signature
         out: list[EngineEvent] = [
-            CallStarted(index, delta.name, call_id=delta.id or step.call_id or None)
+            self._call_started(index, delta.name, delta.id or step.call_id or None)
         ]
         args = delta.arguments
         if wire.given(args) and not wire.is_string(args):
@@ -480,20 +498,6 @@ class GeminiInteractionsStream:
                 "interactions thought summary",
             )
         step.summary.append(text)
-
-
-def _provider_error(error: wire.Error | None) -> ProviderError:
-    if error is None:
-        return ProviderError(ProviderErrorInfo(code="error"))
-    code = error.code
-    return ProviderError(
-        ProviderErrorInfo(
-            code=error.status or (str(code) if code is not None else None),
-            message=error.message,
-            status=code if isinstance(code, int) else None,
-            retryable=code in _RETRYABLE or error.status in _RETRYABLE,
-        )
-    )
 
 
 # --- encode side ---------------------------------------------------------------------------

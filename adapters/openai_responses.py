@@ -6,11 +6,13 @@ results and the streaming request body (encode side). It never does HTTP, never 
 argument JSON (the assembler does, on the done signal) and never decides what a turn
 means beyond its terminal-reason table.
 
-Decoding dispatches on the SSE ``event:`` name (always equal to ``data.type``), so each
-event is decoded once, into a small view of just the fields read; unknown event types
-are skipped without decoding. Every ``output_item.done`` item is kept verbatim as a
-continuation item (the stateless next request echoes them, in output order, and
-the reasoning item's ``encrypted_content`` is only final there: the value at
+Decoding dispatches on the SSE ``event:`` name (always equal to ``data.type``, which is
+checked, but for the argument deltas: see ``_responses_wire``), so each event is decoded
+once, into a small view of just the fields read; an event type this adapter does not act
+on is decoded into a view of its ``type`` alone, so malformed JSON fails the turn
+wherever it is. Every ``output_item.done`` item is kept verbatim as a continuation item
+(the stateless next request echoes them, in output order, and the reasoning item's
+``encrypted_content`` is only final there: the value at
 ``output_item.added`` may be incomplete), with one exception: a completed
 ``function_call`` item is kept without its ``arguments``, which repeat the streamed text
 the call already holds as its raw bytes; ``assistant_echo`` puts them back from there.
@@ -20,10 +22,13 @@ compared with the fragments a slice at a time, so a long call is never held twic
 A function call is what its ``output_item.added`` says: an argument event that names it
 by both ``output_index`` and ``item_id`` must name the same call by each, and its done
 item must keep its ``call_id``, ``name`` and ``id`` (the echo replays that item);
-anything else is a protocol error, never a guess at which call was meant. An
-``output_text`` part whose text came in no delta takes it once from its done text
-(``output_text.done``, else the part in the message's done item), as a refusal part
-does; when deltas carried a part's text, its done text is not read.
+anything else is a protocol error, never a guess at which call was meant. The terminal
+event's ``response.output[]`` is read against the stream (``_responses_calls``): a
+function_call in it that never streamed fails the turn, and one that differs from the
+streamed call is rejected as a disagreeing done event is. An ``output_text`` part whose
+text came in no delta takes it once from its done text (``_responses_parts``: per part,
+while the stream names parts consistently); when deltas carried a part's text, its done
+text is not read. A refusal part is a refusal from its ``content_part.added`` on.
 
 Encode side (stateless, ``store:false``): ``include:["reasoning.encrypted_content"]`` is
 sent only when ``is_reasoning_model(model)`` says so (other models reject it with 400
@@ -37,7 +42,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import TypeVar, cast
 
 import msgspec
 
@@ -64,6 +69,8 @@ from callgate.engine.core.sse import SSEData, SSEEvent
 
 from . import _responses_wire as wire
 from ._openai_common import ErrorView, error_info
+from ._responses_calls import Identity, digest, same_call, terminal_calls
+from ._responses_parts import TextParts
 
 __all__ = [
     "ADAPTER",
@@ -104,8 +111,16 @@ def is_reasoning_model(model: str) -> bool:
     return _REASONING_MODEL.search(name) is not None
 
 
-# The identity of a function call at output_item.added, checked again at its done item.
-_IDENTITY = ("call_id", "name", "id")
+_V = TypeVar("_V", bound=wire.Typed)
+
+
+def _read(decoder: msgspec.json.Decoder[_V], data: SSEData, name: str) -> _V:
+    """An event's view, whose ``type`` (when given) must be the ``event:`` name: the name
+    chose the view, so a different type would be read as an event it is not."""
+    view = decoder.decode(data)
+    if view.type is not None and view.type != name:
+        raise StreamProtocolError(f"openai_responses: {name} event of type {view.type!r}")
+    return view
 
 
 class OpenAIResponsesStream:
@@ -114,16 +129,17 @@ class OpenAIResponsesStream:
     __slots__ = (
         "_by_item",
         "_calls",
+        "_done",
         "_item_at",
         "_items",
         "_limits",
         "_meta_sent",
+        "_parts",
         "_refusal_text",
         "_refused",
         "_started",
-        "_streamed_text",
         "_terminal",
-        "_texted",
+        "_told",
     )
 
     def __init__(self, limits: Limits) -> None:
@@ -132,9 +148,13 @@ class OpenAIResponsesStream:
         # to check those that carry both.
         self._by_item: dict[str, int] = {}
         # output_index -> (call_id, name, item id) of each call at output_item.added.
-        self._calls: dict[int, tuple[str | None, str, str | None]] = {}
+        self._calls: dict[int, Identity] = {}
         # output_index -> item id (or None) of each call: the delta fast path's check.
         self._item_at: dict[int, str | None] = {}
+        # The calls whose done signal was emitted, and the digest of each one's first
+        # done literal: the terminal output repeats them.
+        self._done: set[int] = set()
+        self._told: dict[int, bytes] = {}
         self._started = 0
         self._items = 0
         self._meta_sent = False
@@ -143,11 +163,7 @@ class OpenAIResponsesStream:
         # reached the turn as RefusalDelta: a refusal is never read as final_text.
         self._refused = False
         self._refusal_text = False
-        # (output_index, content_index) of each output_text part whose done text was read
-        # (twice: in the done item, it counts once); whether any text delta came (then
-        # no done text is read: deltas and done events may index the same part apart).
-        self._texted: set[tuple[int, int]] = set()
-        self._streamed_text = False
+        self._parts = TextParts()  # which output_text parts take a done text
 
     def decode_batch(self, events: list[SSEEvent], out: list[BatchEvent]) -> None:
         """Translate a chunk's events in order; consecutive argument deltas become one
@@ -202,27 +218,33 @@ class OpenAIResponsesStream:
     def _event(self, event: SSEEvent) -> list[EngineEvent]:
         """Any event but an argument delta before the terminal event."""
         name = event.event
-        handler = _HANDLERS.get(name)
-        if handler is None:
-            if name != "message":
-                return []  # an event type this adapter does not read
-            # No `event:` line: fall back to the JSON "type" (one extra, small decode).
-            try:
-                name = wire.TYPE.decode(event.data).type
-            except msgspec.DecodeError as exc:
-                if bytes(event.data).strip() == b"[DONE]":
-                    return []  # an end-of-stream marker (LiteLLM); only a terminal event ends
-                raise StreamProtocolError(f"openai_responses: undecodable event: {exc}") from None
+        try:
             handler = _HANDLERS.get(name)
             if handler is None:
-                return []
-        if self._terminal and name not in _TERMINAL_EVENTS:
-            # Nothing follows the terminal event: a call added after it must not join
-            # (or hold open) a turn that already ended. (A second terminal event gets
-            # its own error from its handler.)
-            raise StreamProtocolError(f"openai_responses: {name} event after the terminal event")
-        try:
-            return handler(self, event.data)
+                if name != "message":
+                    # An event type this adapter does not read: still JSON of that type.
+                    _read(wire.TYPED, event.data, name)
+                    return []
+                # No `event:` line: fall back to the JSON "type" (one extra, small decode).
+                try:
+                    name = wire.TYPE.decode(event.data).type
+                except msgspec.DecodeError as exc:
+                    if bytes(event.data).strip() == b"[DONE]":
+                        return []  # an end-of-stream marker (LiteLLM); only a terminal event ends
+                    raise StreamProtocolError(
+                        f"openai_responses: undecodable event: {exc}"
+                    ) from None
+                handler = _HANDLERS.get(name)
+                if handler is None:
+                    return []
+            if self._terminal and name not in _TERMINAL_EVENTS:
+                # Nothing follows the terminal event: a call added after it must not join
+                # (or hold open) a turn that already ended. (A second terminal event gets
+                # its own error from its handler.)
+                raise StreamProtocolError(
+                    f"openai_responses: {name} event after the terminal event"
+                )
+            return handler(self, event.data, name)
         except msgspec.DecodeError as exc:
             raise StreamProtocolError(
                 f"openai_responses: undecodable {name} event: {exc}"
@@ -232,20 +254,23 @@ class OpenAIResponsesStream:
         # Completions are emitted on the terminal event; without one the turn is truncated.
         return []
 
-    # --- handlers: (self, data) -> events --------------------------------------------------
+    # --- handlers: (self, data, event name) -> events ------------------------------------
 
-    def _on_lifecycle(self, data: SSEData) -> list[EngineEvent]:
+    def _on_lifecycle(self, data: SSEData, name: str) -> list[EngineEvent]:
         if self._meta_sent:
+            _read(wire.TYPED, data, name)  # nothing more to read, but it must decode
             return []
-        response = wire.LIFECYCLE.decode(data).response
+        response = _read(wire.LIFECYCLE, data, name).response
         if response is None or not (response.id or response.model):
             return []  # an empty id or model is no value: a later event may give one
         self._meta_sent = True
         return [ResponseMeta(response.id, response.model)]
 
-    def _on_item_added(self, data: SSEData) -> list[EngineEvent]:
-        ev = wire.ITEM_ADDED.decode(data)
+    def _on_item_added(self, data: SSEData, name: str) -> list[EngineEvent]:
+        ev = _read(wire.ITEM_ADDED, data, name)
         item = ev.item
+        if item.type == "message":
+            self._parts.message(ev.output_index, item.id)
         if item.type != "function_call":
             return []  # other items matter only at output_item.done (verbatim, final)
         if not item.name:
@@ -287,19 +312,25 @@ class OpenAIResponsesStream:
             "openai_responses: argument event names no known output_index or item_id"
         )
 
-    def _on_arguments_delta(self, data: SSEData) -> list[EngineEvent]:
+    def _on_arguments_delta(self, data: SSEData, name: str) -> list[EngineEvent]:
         ev = wire.ARGS_DELTA.decode(data)
         if not ev.delta:
             return []
         return [ArgumentsDelta(self._index(ev.output_index, ev.item_id), ev.delta)]
 
-    def _on_arguments_done(self, data: SSEData) -> list[EngineEvent]:
-        ev = wire.ARGS_DONE.decode(data)
-        index = self._index(ev.output_index, ev.item_id)
-        return [CallDone(index, literal=wire.string_literal(ev.arguments, index))]
+    def _call_done(self, index: int, literal: msgspec.Raw | None = None) -> CallDone:
+        self._done.add(index)
+        if literal is not None and index not in self._told:
+            self._told[index] = digest(literal)
+        return CallDone(index, literal=literal)
 
-    def _on_item_done(self, data: SSEData) -> list[EngineEvent]:
-        ev = wire.ITEM_DONE.decode(data)
+    def _on_arguments_done(self, data: SSEData, name: str) -> list[EngineEvent]:
+        ev = _read(wire.ARGS_DONE, data, name)
+        index = self._index(ev.output_index, ev.item_id)
+        return [self._call_done(index, wire.string_literal(ev.arguments, index))]
+
+    def _on_item_done(self, data: SSEData, name: str) -> list[EngineEvent]:
+        ev = _read(wire.ITEM_DONE, data, name)
         members = ev.item
         order = list(members)
         index = ev.output_index
@@ -312,7 +343,7 @@ class OpenAIResponsesStream:
         if self._items > self._limits.max_continuation_items:
             raise LimitExceeded("max_continuation_items", self._limits.max_continuation_items)
         if kind == "function_call":
-            self._same_call(index, item)
+            same_call(index, self._calls.get(index), item, "output_item.done")
             status = item.get("status")
             # An "incomplete" call (cut by max_output_tokens) gets no done signal.
             if status is None or status == "completed":
@@ -321,10 +352,10 @@ class OpenAIResponsesStream:
                     if arguments is not None:
                         item["arguments"] = None
                         item = {key: item[key] for key in order}
-                    return [CallDone(index), ContinuationItem(kind, index, item)]
+                    return [self._call_done(index), ContinuationItem(kind, index, item)]
                 # The kept item leaves out the arguments: they are the call's own bytes,
                 # which the echo puts back (one copy of a long text, not two).
-                return [CallDone(index, literal=literal), ContinuationItem(kind, index, item)]
+                return [self._call_done(index, literal), ContinuationItem(kind, index, item)]
         if arguments is not None:
             item["arguments"] = wire.JSON.decode(arguments)
             item = {key: item[key] for key in order}  # the members in their wire order
@@ -340,44 +371,34 @@ class OpenAIResponsesStream:
         out.append(ContinuationItem(kind, index, item))
         return out
 
-    def _same_call(self, index: int, item: dict[str, Any]) -> None:
-        """A function_call done item is the call its output_item.added announced: the
-        echo replays the done item, so a changed call_id, name or id would send the next
-        request a call that was never proposed."""
-        known = self._calls.get(index)
-        if known is None:
-            raise StreamProtocolError(
-                f"openai_responses: function_call done at output_index {index}, "
-                "where no function_call was added"
-            )
-        if not known[0] and item.get("call_id"):
-            # The call was proposed without a call_id (callgate derived one): a call_id
-            # now would put another id in the echo than the results answer.
-            raise StreamProtocolError(
-                f"openai_responses: function_call at output_index {index} gave its "
-                "call_id only at output_item.done"
-            )
-        for key, value in zip(_IDENTITY, known, strict=True):
-            # Only a change counts: a name or item id the added item did not give may
-            # come now (the echo replays the done item; results answer the call_id).
-            if value is not None and key in item and item[key] != value:
-                raise StreamProtocolError(
-                    f"openai_responses: function_call at output_index {index} changed "
-                    f"its {key} at output_item.done"
-                )
+    def _on_part_added(self, data: SSEData, name: str) -> list[EngineEvent]:
+        part = _read(wire.PART, data, name).part
+        if part is not None and part.type == "refusal":
+            self._refused = True  # a refusal even if no refusal event follows
+        return []
 
-    def _on_text_delta(self, data: SSEData) -> list[EngineEvent]:
-        ev = wire.TEXT_DELTA.decode(data)
+    def _on_part_done(self, data: SSEData, name: str) -> list[EngineEvent]:
+        ev = _read(wire.PART, data, name)
+        part = ev.part
+        if part is None:
+            return []
+        if part.type == "refusal":
+            return self._refusal(part.refusal)
+        index, position = ev.output_index, ev.content_index
+        if part.type == "output_text" and index is not None and position is not None:
+            return self._done_part_text(index, position, part.text)
+        return []
+
+    def _on_text_delta(self, data: SSEData, name: str) -> list[EngineEvent]:
+        ev = _read(wire.TEXT_DELTA, data, name)
         if not ev.delta:
             return []
-        if self._texted:
-            # A done text was read because no delta had come: one now could double it.
-            raise StreamProtocolError("openai_responses: text delta after a done text")
-        self._streamed_text = True  # done texts are not read any more
+        # Raises when a done text already gave this part's text: the delta could double it.
+        self._parts.delta(ev.output_index, ev.content_index, ev.item_id, ev.delta)
         return [TextDelta(ev.delta)]
 
-    def _on_text_done(self, data: SSEData) -> list[EngineEvent]:
-        ev = wire.TEXT_DONE.decode(data)
+    def _on_text_done(self, data: SSEData, name: str) -> list[EngineEvent]:
+        ev = _read(wire.TEXT_DONE, data, name)
         if ev.output_index is None or ev.content_index is None:
             return []  # names no part: the item's done content may still give it
         return self._done_part_text(ev.output_index, ev.content_index, ev.text)
@@ -385,28 +406,24 @@ class OpenAIResponsesStream:
     def _done_part_text(
         self, output_index: int, content_index: int, text: object
     ) -> list[EngineEvent]:
-        """The whole text of an output_text part (output_text.done, or the part in the
+        """The whole text of an output_text part (a done event, or the part in the
         message's done item): it counts once, and only when no delta carried the part's
         text. As for a refusal, a done text that differs from the deltas is not read."""
-        part = output_index, content_index
-        # Only a turn whose text came in no delta at all reads done texts: deltas and done
-        # events may name the same part by different indexes, and doubling is worse.
-        if self._streamed_text or part in self._texted or not isinstance(text, str) or not text:
+        if not self._parts.done(output_index, content_index, text):
             return []
-        self._texted.add(part)
-        return [TextDelta(text)]
+        return [TextDelta(cast("str", text))]
 
-    def _on_refusal_delta(self, data: SSEData) -> list[EngineEvent]:
-        delta = wire.DELTA.decode(data).delta
+    def _on_refusal_delta(self, data: SSEData, name: str) -> list[EngineEvent]:
+        delta = _read(wire.DELTA, data, name).delta
         self._refused = True
         if not delta:
             return []
         self._refusal_text = True
         return [RefusalDelta(delta)]
 
-    def _on_refusal_done(self, data: SSEData) -> list[EngineEvent]:
+    def _on_refusal_done(self, data: SSEData, name: str) -> list[EngineEvent]:
         # The whole refusal text: it counts only when no delta carried it.
-        return self._refusal(wire.REFUSAL_DONE.decode(data).refusal)
+        return self._refusal(_read(wire.REFUSAL_DONE, data, name).refusal)
 
     def _refusal(self, text: object) -> list[EngineEvent]:
         self._refused = True
@@ -415,11 +432,13 @@ class OpenAIResponsesStream:
         self._refusal_text = True
         return [RefusalDelta(text)]
 
-    def _terminal_response(self, data: SSEData) -> tuple[wire.ResponseView, list[EngineEvent]]:
+    def _terminal_response(
+        self, data: SSEData, name: str
+    ) -> tuple[wire.TerminalView, list[EngineEvent]]:
         if self._terminal:
             raise StreamProtocolError("openai_responses: a second terminal event")
         self._terminal = True
-        response = wire.LIFECYCLE.decode(data).response or wire.ResponseView()
+        response = _read(wire.TERMINAL, data, name).response or wire.TerminalView()
         out: list[EngineEvent] = []
         if not self._meta_sent and (response.id or response.model):
             self._meta_sent = True
@@ -428,8 +447,12 @@ class OpenAIResponsesStream:
             out.append(UsageReport(wire.usage(response.usage)))
         return response, out
 
-    def _on_completed(self, data: SSEData) -> list[EngineEvent]:
-        response, out = self._terminal_response(data)
+    def _terminal_calls(self, response: wire.TerminalView) -> list[CallDone]:
+        return terminal_calls(response.output, self._calls, self._by_item, self._done, self._told)
+
+    def _on_completed(self, data: SSEData, name: str) -> list[EngineEvent]:
+        response, out = self._terminal_response(data, name)
+        out += self._terminal_calls(response)
         raw = response.status or "completed"
         kind = FINISH_REASONS.get(raw, OutcomeKind.FAILED)
         if self._refused and not self._refusal_text and kind is OutcomeKind.FINAL_TEXT:
@@ -437,30 +460,32 @@ class OpenAIResponsesStream:
         out.append(Completion(kind, raw))
         return out
 
-    def _on_incomplete(self, data: SSEData) -> list[EngineEvent]:
-        response, out = self._terminal_response(data)
+    def _on_incomplete(self, data: SSEData, name: str) -> list[EngineEvent]:
+        response, out = self._terminal_response(data, name)
+        out += self._terminal_calls(response)
         details = response.incomplete_details
         raw = (details.reason if details is not None else None) or "incomplete"
         out.append(Completion(FINISH_REASONS.get(raw, OutcomeKind.TRUNCATED), raw))
         return out
 
-    def _on_failed(self, data: SSEData) -> list[EngineEvent]:
-        response, out = self._terminal_response(data)
+    def _on_failed(self, data: SSEData, name: str) -> list[EngineEvent]:
+        # The turn fails whatever its output says: the output is not read against it.
+        response, out = self._terminal_response(data, name)
         error = response.error
         info = error_info(error) if error is not None else ProviderErrorInfo()
         out.append(ProviderError(info))
         out.append(Completion(OutcomeKind.FAILED, info.code or "failed"))
         return out
 
-    def _on_error(self, data: SSEData) -> list[EngineEvent]:
-        ev = wire.ERROR.decode(data)
+    def _on_error(self, data: SSEData, name: str) -> list[EngineEvent]:
+        ev = _read(wire.ERROR, data, name)
         nested = ev.error
         if nested is not None:
             return [ProviderError(error_info(nested))]
         return [ProviderError(error_info(ErrorView(code=ev.code, message=ev.message)))]
 
 
-_Handler = Callable[[OpenAIResponsesStream, SSEData], list[EngineEvent]]
+_Handler = Callable[[OpenAIResponsesStream, SSEData, str], list[EngineEvent]]
 
 _TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
@@ -472,6 +497,8 @@ _HANDLERS: dict[str, _Handler] = {
     "response.function_call_arguments.delta": OpenAIResponsesStream._on_arguments_delta,
     "response.function_call_arguments.done": OpenAIResponsesStream._on_arguments_done,
     "response.output_item.done": OpenAIResponsesStream._on_item_done,
+    "response.content_part.added": OpenAIResponsesStream._on_part_added,
+    "response.content_part.done": OpenAIResponsesStream._on_part_done,
     "response.output_text.delta": OpenAIResponsesStream._on_text_delta,
     "response.output_text.done": OpenAIResponsesStream._on_text_done,
     "response.refusal.delta": OpenAIResponsesStream._on_refusal_delta,
@@ -508,48 +535,7 @@ class OpenAIResponsesAdapter:
         without the encrypted text it carries nothing the next turn can use. A
         ``function_call`` whose ``arguments`` are absent or null gets the call's exact
         raw argument text. Every other item is echoed as is."""
-        calls = {call.index: call for call in outcome.calls}
-        ordered: list[tuple[int, int, JSON]] = []
-        has_message = False
-        echoed_ids: set[object] = set()  # a repeated call id gets no result: not echoed
-        for cont in outcome.continuation:
-            if cont.kind == "reasoning" and not cont.item.get("encrypted_content"):
-                continue
-            echoed = wire.input_item(cont.kind, cont.item)
-            if cont.kind == "function_call":
-                call = calls.pop(cont.index, None)
-                if call is not None and not echoed.get("call_id"):
-                    # The result references the (derived) call id; the echo must too.
-                    echoed["call_id"] = call.call_id
-                if echoed.get("arguments") is None:
-                    # Left out of the kept item (or null there, as some compatible
-                    # endpoints send it): the call's own bytes are the same text.
-                    raw = call.raw_arguments if call is not None else b""
-                    echoed["arguments"] = raw.decode("utf-8", "replace") or "{}"
-                if echoed.get("call_id") in echoed_ids:
-                    continue
-                echoed_ids.add(echoed.get("call_id"))
-            elif cont.kind == "message":
-                has_message = True
-            ordered.append((cont.index, 0, echoed))
-        if outcome.text and not has_message:
-            # No message item was kept: carry the text as a plain assistant message.
-            ordered.append((-1, 0, {"role": "assistant", "content": outcome.text}))
-        for call in calls.values():
-            # A call whose output_item.done never came: rebuild it from what was streamed.
-            if call.call_id in echoed_ids:
-                continue
-            echoed_ids.add(call.call_id)
-            rebuilt: JSON = {"type": "function_call"}
-            if call.item_id is not None:
-                rebuilt["id"] = call.item_id
-            rebuilt["call_id"] = call.call_id
-            rebuilt["name"] = call.name
-            # (A refused call holds no bytes; "{}" is how the API spells no arguments.)
-            rebuilt["arguments"] = call.raw_arguments.decode("utf-8", "replace") or "{}"
-            ordered.append((call.index, 1, rebuilt))
-        ordered.sort(key=lambda entry: (entry[0], entry[1]))
-        return [entry[2] for entry in ordered]
+        return wire.echo(outcome)
 
     def encode_results(self, outcome: TurnOutcome, results: list[ModelResult]) -> list[JSON]:
         # No error flag exists: an error travels as the text in ``output``.
