@@ -20,12 +20,19 @@ it). Text is also streamed as ``TextDelta`` for the assembler.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
 import msgspec
 
-from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, ToolDeclaration
+from callgate.engine.core.adapter import (
+    JSON,
+    HttpRequestSpec,
+    ModelResult,
+    ToolDeclaration,
+    unsendable_call,
+)
 from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
     ArgumentsDelta,
@@ -45,6 +52,7 @@ from callgate.engine.core.events import (
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import (
     OutcomeKind,
+    ProposedCall,
     ProviderErrorInfo,
     TurnOutcome,
     Usage,
@@ -508,12 +516,19 @@ def _has_text(text: object) -> bool:
     return isinstance(text, str) and not text.isspace() and text != ""
 
 
+# What Anthropic's tool_use names and ids may be in a conversation the next request
+# carries (the API refuses anything else, after the turn's calls would have run).
+_ECHO_NAME = re.compile(r"[A-Za-z0-9_-]{1,200}")
+_ECHO_ID = re.compile(r"[A-Za-z0-9_-]+")
+
+
 class AnthropicAdapter:
     """The Anthropic Messages adapter (decode and encode side)."""
 
     name = "anthropic"
     family = "anthropic_messages"
     revision = "anthropic/1"
+
     sse_unframed = False
     finish_reasons: Mapping[str, OutcomeKind] = FINISH_REASONS
 
@@ -591,6 +606,9 @@ class AnthropicAdapter:
         if system is not None:
             body["system"] = system
         return HttpRequestSpec(path="/v1/messages", body=body)
+
+    def unsendable(self, call: ProposedCall) -> str | None:
+        return unsendable_call(call, _ECHO_NAME, _ECHO_ID)
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"x-api-key": api_key, "anthropic-version": _API_VERSION}

@@ -1,5 +1,8 @@
-"""Gemini ``generateContent`` adapter (``:streamGenerateContent?alt=sse``, Gemini API and
-Vertex AI): chunks in, engine events out; engine values in, ``contents`` shapes out.
+"""Gemini ``generateContent`` adapter (``:streamGenerateContent?alt=sse``): chunks in,
+engine events out; engine values in, ``contents`` shapes out. The decode side reads the
+Gemini API's and Vertex AI's streams alike (Vertex ``partialArgs`` included); the request
+side speaks the Gemini API (its ``/v1beta/models/...`` path and ``x-goog-api-key``): a
+Vertex endpoint, its project/location path and OAuth token are not built here.
 
 Owns the reading of whole-response chunks (``candidates[0].content.parts``), the Vertex
 streamed-call lifecycle (its ``partialArgs`` are assembled by ``_vertex_args``; the wire
@@ -27,12 +30,19 @@ cap is dropped, and the echo then uses the usual order).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
 import msgspec
 
-from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, ToolDeclaration
+from callgate.engine.core.adapter import (
+    JSON,
+    HttpRequestSpec,
+    ModelResult,
+    ToolDeclaration,
+    unsendable_call,
+)
 from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
     BatchEvent,
@@ -50,6 +60,7 @@ from callgate.engine.core.events import (
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import (
     OutcomeKind,
+    ProposedCall,
     ProviderErrorInfo,
     TurnOutcome,
     Usage,
@@ -476,12 +487,18 @@ def _json_or_text(content: str) -> Any:
         return content
 
 
+# What Gemini's function names may be in a conversation the next request carries (the API refuses
+# anything else, after the turn's calls would have run).
+_ECHO_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
 class GeminiAdapter:
     """The Gemini ``generateContent`` adapter (decode and encode side)."""
 
     name = "gemini"
     family = "gemini_generate_content"
     revision = "gemini/1"
+
     # Gemini was seen appending a raw JSON error body after the last SSE frame.
     sse_unframed = True
     finish_reasons: Mapping[str, OutcomeKind] = FINISH_REASONS
@@ -556,6 +573,9 @@ class GeminiAdapter:
         return HttpRequestSpec(
             path=f"/v1beta/models/{model}:streamGenerateContent?alt=sse", body=body
         )
+
+    def unsendable(self, call: ProposedCall) -> str | None:
+        return unsendable_call(call, _ECHO_NAME)
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"x-goog-api-key": api_key}

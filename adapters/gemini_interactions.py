@@ -33,12 +33,19 @@ turn, thought signatures included). So that the run loop's plain rule "messages 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
 import msgspec
 
-from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, ToolDeclaration
+from callgate.engine.core.adapter import (
+    JSON,
+    HttpRequestSpec,
+    ModelResult,
+    ToolDeclaration,
+    unsendable_call,
+)
 from callgate.engine.core.errors import ConfigError, LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
     ArgumentsDelta,
@@ -56,7 +63,7 @@ from callgate.engine.core.events import (
     append_fragments,
 )
 from callgate.engine.core.limits import Limits
-from callgate.engine.core.outcome import OutcomeKind, TurnOutcome
+from callgate.engine.core.outcome import OutcomeKind, ProposedCall, TurnOutcome
 from callgate.engine.core.sse import SSEEvent
 
 from . import _interactions_wire as wire
@@ -503,12 +510,18 @@ class GeminiInteractionsStream:
 # --- encode side ---------------------------------------------------------------------------
 
 
+# What Gemini's function names may be in a conversation the next request carries (the API refuses
+# anything else, after the turn's calls would have run).
+_ECHO_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
 class GeminiInteractionsAdapter:
     """The Gemini Interactions adapter (decode and encode side; stateful continuation)."""
 
     name = "gemini_interactions"
     family = "gemini_interactions"
     revision = "gemini_interactions/1"
+
     sse_unframed = False
     finish_reasons: Mapping[str, OutcomeKind] = FINISH_REASONS
 
@@ -582,6 +595,9 @@ class GeminiInteractionsAdapter:
         if max_tokens is not None:
             body["generation_config"] = {"max_output_tokens": max_tokens}
         return HttpRequestSpec(path="/v1beta/interactions", body=body)
+
+    def unsendable(self, call: ProposedCall) -> str | None:
+        return unsendable_call(call, _ECHO_NAME)
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"x-goog-api-key": api_key}

@@ -19,13 +19,20 @@ index), or starts a new one. Only choice 0 is read (``n>1`` is not supported).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from operator import attrgetter
 from typing import cast
 
 import msgspec
 
-from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, ToolDeclaration
+from callgate.engine.core.adapter import (
+    JSON,
+    HttpRequestSpec,
+    ModelResult,
+    ToolDeclaration,
+    unsendable_call,
+)
 from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
     ArgumentsDelta,
@@ -43,7 +50,7 @@ from callgate.engine.core.events import (
     append_fragments,
 )
 from callgate.engine.core.limits import Limits
-from callgate.engine.core.outcome import OutcomeKind, TurnOutcome, Usage
+from callgate.engine.core.outcome import OutcomeKind, ProposedCall, TurnOutcome, Usage
 from callgate.engine.core.sse import SSEData, SSEEvent
 
 from ._openai_common import ErrorView, error_info
@@ -447,12 +454,18 @@ class OpenAIChatStream:
         return max(self._calls, default=-1) + 1
 
 
+# What OpenAI's function names may be in a conversation the next request carries (the API refuses
+# anything else, after the turn's calls would have run).
+_ECHO_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
 class OpenAIChatAdapter:
     """Chat Completions adapter: decode side (``new_stream``) and encode side."""
 
     name = "openai_chat"
     family = "openai_chat"
     revision = "openai_chat/1"
+
     sse_unframed = False
     finish_reasons: Mapping[str, OutcomeKind] = FINISH_REASONS
 
@@ -520,6 +533,9 @@ class OpenAIChatAdapter:
         if max_tokens is not None:
             body["max_completion_tokens"] = max_tokens
         return HttpRequestSpec(path="/v1/chat/completions", body=body)
+
+    def unsendable(self, call: ProposedCall) -> str | None:
+        return unsendable_call(call, _ECHO_NAME)
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"}

@@ -46,7 +46,13 @@ from typing import TypeVar, cast
 
 import msgspec
 
-from callgate.engine.core.adapter import JSON, HttpRequestSpec, ModelResult, ToolDeclaration
+from callgate.engine.core.adapter import (
+    JSON,
+    HttpRequestSpec,
+    ModelResult,
+    ToolDeclaration,
+    unsendable_call,
+)
 from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
     ArgumentsDelta,
@@ -64,7 +70,7 @@ from callgate.engine.core.events import (
     append_fragments,
 )
 from callgate.engine.core.limits import Limits
-from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome
+from callgate.engine.core.outcome import OutcomeKind, ProposedCall, ProviderErrorInfo, TurnOutcome
 from callgate.engine.core.sse import SSEData, SSEEvent
 
 from . import _responses_wire as wire
@@ -513,12 +519,18 @@ _HANDLERS: dict[str, _Handler] = {
 # --- encode side ---------------------------------------------------------------------------
 
 
+# What OpenAI's function names may be in a conversation the next request carries (the API refuses
+# anything else, after the turn's calls would have run).
+_ECHO_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
 class OpenAIResponsesAdapter:
     """Responses adapter: decode side (``new_stream``) and stateless encode side."""
 
     name = "openai_responses"
     family = "openai_responses"
     revision = "openai_responses/1"
+
     sse_unframed = False
     finish_reasons: Mapping[str, OutcomeKind] = FINISH_REASONS
 
@@ -582,6 +594,9 @@ class OpenAIResponsesAdapter:
         if max_tokens is not None:
             body["max_output_tokens"] = max_tokens
         return HttpRequestSpec(path="/v1/responses", body=body)
+
+    def unsendable(self, call: ProposedCall) -> str | None:
+        return unsendable_call(call, _ECHO_NAME)
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"}

@@ -11,6 +11,7 @@ engine values in, provider JSON shapes out (encode side). No HTTP, no clock.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
@@ -19,7 +20,7 @@ import msgspec
 from .errors import ConfigError
 from .events import EngineEvent
 from .limits import Limits
-from .outcome import OutcomeKind, TurnOutcome
+from .outcome import OutcomeKind, ProposedCall, TurnOutcome
 from .sse import SSEEvent
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "ModelResult",
     "ToolDeclaration",
     "load_adapter",
+    "unsendable_call",
 ]
 
 # Provider name -> module in callgate.adapters. The public names are fixed.
@@ -177,3 +179,28 @@ class EncodeSide(Protocol):
     def auth_headers(self, api_key: str) -> dict[str, str]:
         """Headers that carry the API key (and API version where one is required)."""
         ...
+
+    def unsendable(self, call: ProposedCall) -> str | None:
+        """Why ``call`` could not be sent back in the conversation (a name or an id the
+        family's API refuses there), or None. A turn holding one fails before any of its
+        calls runs: the next request would be rejected after their effects."""
+        ...
+
+
+def unsendable_call(
+    call: ProposedCall, name: re.Pattern[str], call_id: re.Pattern[str] | None = None
+) -> str | None:
+    """``EncodeSide.unsendable`` for a family whose API takes back only names matching
+    ``name`` (and, if given, call ids matching ``call_id``; a derived id is never sent).
+    The text names the pattern, and the model's name or id only as an escaped prefix."""
+    if not name.fullmatch(call.name):
+        return (
+            f"the model proposed a call named {call.name[:64]!r}, which the provider "
+            f"refuses in a conversation (a name must match {name.pattern}); nothing ran"
+        )
+    if call_id is not None and not call.call_id_derived and not call_id.fullmatch(call.call_id):
+        return (
+            f"the model's call id {call.call_id[:64]!r} is one the provider refuses in a "
+            f"conversation (an id must match {call_id.pattern}); nothing ran"
+        )
+    return None

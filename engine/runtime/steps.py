@@ -243,6 +243,17 @@ class OperationDrive:
             data["usage_estimated"] = True
         await self.record("model_response", data=data)
         event = input_for_outcome(outcome)
+        refusal_of_echo = None
+        if event in (OpInput.TOOL_PROPOSALS, OpInput.PAUSED):
+            # A call the provider would refuse to take back (a name no tool can have,
+            # such as "multi_tool_use.parallel"): the next request would fail after the
+            # turn's other calls ran, so the turn fails now, before any of them runs.
+            refusal_of_echo = next(
+                (why for c in outcome.calls if (why := r._adapter.unsendable(c)) is not None),
+                None,
+            )
+            if refusal_of_echo is not None:
+                event = OpInput.API_FAILURE
         if event is OpInput.TRANSIENT_FAILURE:
             # The transport already retried within its policy: what reaches us is final,
             # the retries exhausted (RETRY -> FAILED). With a side effect's outcome still
@@ -280,7 +291,7 @@ class OperationDrive:
             await self.to(event)
         else:
             snap.text = outcome.text or outcome.refusal or snap.text
-            reason = outcome.stop_reason
+            reason = refusal_of_echo or outcome.stop_reason
             # Whatever ended the turn (an answer, a refusal, a cut, a failure), a side
             # effect whose outcome is still unknown makes it a stop for a person: ending
             # incomplete or failed would invite a fresh run under new idempotency keys.
