@@ -3,8 +3,9 @@
 A function call is what its ``output_item.added`` announced: its ``output_item.done``
 item, and its item in the terminal event's ``response.output[]`` (``response.completed``
 and ``response.incomplete`` carry the full response), must keep its ``call_id``, ``name``
-and ``id``. The terminal output is the response as the server holds it, so it is read
-against the stream: a ``function_call`` item in it that no streamed call matches is a
+and ``id`` (of the terminal item only the name: compatible servers give it fresh ids).
+The terminal output is the response as the server holds it, so it is read against the
+stream: a ``function_call`` item in it that no streamed call matches is a
 call the turn never received (a protocol error, never a text-only turn), and its
 ``arguments`` are one more done text of the call (a ``CallDone`` literal), which the
 assembler holds to the streamed fragments as it does the other done events. A terminal
@@ -100,7 +101,15 @@ def terminal_calls(
                 "that never streamed"
             )
         matched.add(index)
-        same_call(index, calls[index], item, "the terminal event")
+        # Only the name is held to the stream here: servers re-render the terminal output
+        # with fresh ids (vLLM) or rotate them (GitHub Copilot), and nothing in it is
+        # echoed or answered (the done item is; results answer the streamed call_id).
+        name = item.get("name")
+        if name is not None and name != calls[index][1]:
+            raise StreamProtocolError(
+                f"openai_responses: function_call at output_index {index} changed its name "
+                "at the terminal event"
+            )
         status = item.get("status")
         if index in done and (status is None or status == "completed"):
             literal = wire.string_literal(members.get("arguments"), index)
