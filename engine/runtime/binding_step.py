@@ -84,13 +84,14 @@ async def bind_results(
     decisions: dict[str, ApprovalDecision] | None,
     *,
     keys: dict[str, str | None],
-    contexts: dict[str, BindingContext],
+    contexts: dict[str, tuple[BindingContext, dict[str, Any]]],
 ) -> list[ModelResult] | None:
     """Bind every result to its call, verify the set against callgate's own records and
     return the wire projections in proposal order (None: the operation FAILED).
     ``keys``: the idempotency keys computed from the validated calls before dispatch;
-    ``contexts``: their binding contexts, recorded then too (the dispatcher sealed each
-    executed call's result under its own when the handler returned)."""
+    ``contexts``: their binding contexts and bindable arguments, recorded then too (the
+    dispatcher sealed each executed call's result under its own when the handler
+    returned)."""
     r, snap = drive.r, drive.snap
     outcome = snap.outcome
     assert outcome is not None
@@ -107,14 +108,7 @@ async def bind_results(
         spec = v.spec
         if isinstance(v, Rejected) and v.envelope.code is ErrorCode.DUPLICATE_CALL:
             code = ErrorCode.DUPLICATE_CALL.value
-            await drive.emit(
-                CallRejected(
-                    operation_id=snap.operation_id,
-                    call_id=call.call_id,
-                    name=call.name,
-                    code=code,
-                )
-            )
+            await _rejected(drive, call, code)
             summary = CallSummary(
                 turn=drive.tracker.turns,
                 response_id=outcome.response_id,
@@ -125,20 +119,13 @@ async def bind_results(
             repeats.append((position, summary))
             continue
         key = keys.get(call.call_id)  # callgate's own, not the dispatcher's
-        ctx = contexts.get(call.call_id) or binding_context(drive, call, spec, key)
-        args = bindable_arguments(call)
+        recorded = contexts.get(call.call_id)
+        ctx, args = recorded or (binding_context(drive, call, spec, key), bindable_arguments(call))
         b: BoundResult
         if isinstance(v, Rejected):
             model_result, status = v.envelope.to_model_result(), v.envelope.code.value
             b = bind(ctx, call.name, args, model_result, True, r._secret)
-            await drive.emit(
-                CallRejected(
-                    operation_id=snap.operation_id,
-                    call_id=call.call_id,
-                    name=call.name,
-                    code=status,
-                )
-            )
+            await _rejected(drive, call, status)
         else:
             res = results[call.call_id]
             if not answers(res, v, key):
@@ -208,3 +195,11 @@ async def bind_results(
     snap.calls.extend(summaries)
     snap.approvals = {}
     return [to_model_result(b) for b in verified]
+
+
+async def _rejected(drive: OperationDrive, call: ProposedCall, code: str) -> None:
+    await drive.emit(
+        CallRejected(
+            operation_id=drive.snap.operation_id, call_id=call.call_id, name=call.name, code=code
+        )
+    )

@@ -236,12 +236,15 @@ def decision_data(decision: ApprovalDecision) -> dict[str, Any]:
 
 
 def seal(
-    binding: BindingContext, item: Executable, result: CallResult, secret: bytes | None
+    binding: BindingContext,
+    args: Mapping[str, Any],
+    item: Executable,
+    result: CallResult,
+    secret: bytes | None,
 ) -> CallResult:
-    """``result`` bound to ``item``'s call under ``binding`` (recorded before dispatch),
-    at the moment it was produced for that item: a body moved to another call later no
-    longer matches its binding."""
-    args = bindable_arguments(item.call)
+    """``result`` bound to ``item``'s call under ``binding`` and its bindable ``args``
+    (both recorded before dispatch), at the moment it was produced for that item: a body
+    moved to another call later no longer matches its binding."""
     try:
         bound = bind(binding, item.call.name, args, result.model_result, result.is_error, secret)
     except ConfigError:

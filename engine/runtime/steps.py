@@ -44,6 +44,7 @@ from .call_records import (
     approvals_to_request,
     argument_value,
     audit_digests,
+    bindable_arguments,
     decision_data,
     echoed_turn,
     invites_retry,
@@ -373,7 +374,10 @@ class OperationDrive:
         # Recorded now too: what each result will be bound to, sealed the moment its
         # handler returns (see binding_step).
         contexts = {
-            v.call.call_id: binding_context(self, v.call, v.spec, keys[v.call.call_id])
+            v.call.call_id: (
+                binding_context(self, v.call, v.spec, keys[v.call.call_id]),
+                bindable_arguments(v.call),
+            )
             for v in executables
         }
         results: dict[str, CallResult] = {}
@@ -390,7 +394,7 @@ class OperationDrive:
                 model=r.model,
                 tool_limiters=r._tool_limiters,
                 limiter=self.parallel,
-                seal=lambda item, res: seal(contexts[item.call.call_id], item, res, r._secret),
+                seal=lambda item, res: seal(*contexts[item.call.call_id], item, res, r._secret),
             )
             remaining = self.tracker.remaining_seconds(r._clock())
             for res in await execute_calls(executables, ctx, remaining_seconds=remaining):

@@ -361,18 +361,6 @@ class _HostRaised(Exception):
         self.error = error
 
 
-async def _deliver(on_event: EventCallback, event: EngineEvent, api_key: str) -> None:
-    if type(event) is ProviderError:
-        # The key an endpoint echoes in an error is masked before anyone sees it.
-        kept = masked(event.error, api_key)
-        if kept is not event.error:
-            event = ProviderError(error=kept)
-    try:
-        await on_event(event)
-    except httpx.HTTPError as exc:  # (httpx_sse.SSEError included)
-        raise _HostRaised(exc) from exc
-
-
 async def _attempt(request: _Request, budget: float) -> _Result:
     timeouts, retry, on_event = request.timeouts, request.retry, request.on_event
     http_timeout = httpx.Timeout(
@@ -413,7 +401,14 @@ async def _attempt(request: _Request, budget: float) -> _Result:
                         if isinstance(event, _FRAGMENT_EVENTS):
                             fragments = True
                         if on_event is not None:
-                            await _deliver(on_event, event, request.api_key)
+                            shown = event
+                            if type(event) is ProviderError:
+                                # An endpoint's echoed key is masked before anyone sees it.
+                                shown = ProviderError(masked(event.error, request.api_key))
+                            try:
+                                await on_event(shown)
+                            except httpx.HTTPError as exc:  # (httpx_sse.SSEError included)
+                                raise _HostRaised(exc) from exc
                     if decoder.failed:
                         break  # the outcome is decided: stop downloading the rest
         except _HostRaised as raised:  # the host's callback, not the provider's connection
