@@ -198,7 +198,7 @@ async def test_a_handler_raising_a_cancellation_of_its_own_fails_alone(sync: boo
 
 @pytest.mark.anyio
 async def test_a_handler_whose_thread_had_not_started_never_runs() -> None:
-    from callgate.engine.runtime.dispatch import _Slots
+    from callgate.engine.runtime.slots import Slots as _Slots
 
     ran: list[int] = []
     slots = _Slots(anyio.CapacityLimiter(1))

@@ -2,9 +2,10 @@
 ledger, and a result for every call — including a cancelled one.
 
 Structured concurrency only: one anyio task group per batch, a global
-``CapacityLimiter`` plus one per tool, ``fail_after`` per call and ``move_on_after`` for
-the operation's remaining time. A handler's exception never escapes: it becomes an error
-envelope with fixed, safe text (the exception's text stays in the audit, redacted).
+``CapacityLimiter`` plus one per tool (held through ``slots.Slots``), ``fail_after`` per
+call and ``move_on_after`` for the operation's remaining time. A handler's exception
+never escapes: it becomes an error envelope with fixed, safe text (the exception's text
+stays in the audit, redacted).
 
 Side-effecting tools (risk ``write``/``irreversible``) go through the ledger keyed by
 ``(tenant, idempotency key)``: a finished key replays its stored result without running
@@ -19,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import importlib
 import math
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -51,6 +50,7 @@ from callgate.engine.store.base import (
 )
 
 from .progress import CallFinished, ProgressEvent
+from .slots import Slots
 from .telemetry import tool_span
 
 __all__ = ["CallResult", "DispatchContext", "execute_calls"]
@@ -139,10 +139,8 @@ async def execute_calls(
     operation's deadline) passes are cancelled and answered ``timeout`` (or
     ``outcome_unknown`` for side effects)."""
     results: list[CallResult | None] = [None] * len(items)
-    # (start time, idempotency key) by position; None until the call got its limiter
-    # slots and began. The key is the one taken before the handler ran: a handler may
-    # change its arguments in place, and a key computed again after would disown it.
-    started: list[tuple[float, str | None] | None] = [None] * len(items)
+    # By position; None until the call got its limiter slots and began.
+    started: list[_Began | None] = [None] * len(items)
     budget = remaining_seconds if math.isfinite(remaining_seconds) else None
     try:
         with anyio.move_on_after(budget):
@@ -162,10 +160,11 @@ async def execute_calls(
         result = results[i]
         if result is None:  # cancelled by the operation deadline: still a result
             began = started[i]
-            elapsed = (ctx.clock() - began[0]) * 1000 if began is not None else 0.0
-            side = item.spec.is_side_effect and began is not None
-            key = began[1] if began is not None else _key_of(item, ctx)[0]  # (none ran)
-            code = ErrorCode.OUTCOME_UNKNOWN if side else ErrorCode.TIMEOUT
+            elapsed = (ctx.clock() - began.start) * 1000 if began is not None else 0.0
+            ran = began is not None and began.invoked
+            key = began.key if began is not None else _key_of(item, ctx)[0]  # (none ran)
+            unknown = item.spec.is_side_effect and ran
+            code = ErrorCode.OUTCOME_UNKNOWN if unknown else ErrorCode.TIMEOUT
             result = CallResult(
                 call=item.call,
                 tool=item.spec.name,
@@ -174,7 +173,7 @@ async def execute_calls(
                 is_error=True,
                 status=code.value,
                 duration_ms=elapsed,
-                ran=began is not None,
+                ran=ran,
                 idempotency_key=key,  # the key the call held, if any
                 detail="cancelled by the operation deadline",
             )
@@ -182,6 +181,20 @@ async def execute_calls(
                 result = ctx.seal(item, result)
         out.append(result)
     return out
+
+
+class _Began:
+    """A call that got its slots: when, under which idempotency key (the one taken before
+    the handler ran: a handler may change its arguments in place, and a key computed again
+    after would disown it), and whether its handler may have started (a call cancelled
+    before that, queued for a worker thread, provably had no effect)."""
+
+    __slots__ = ("invoked", "key", "start")
+
+    def __init__(self, start: float, key: str | None) -> None:
+        self.start = start
+        self.key = key
+        self.invoked = False
 
 
 def _key_of(item: Executable, ctx: DispatchContext) -> tuple[str | None, str]:
@@ -231,14 +244,14 @@ async def _run_one(
     item: Executable,
     ctx: DispatchContext,
     results: list[CallResult | None],
-    started: list[tuple[float, str | None] | None],
+    started: list[_Began | None],
 ) -> None:
     spec = item.spec
     tool_limiter = ctx.tool_limiter(spec)
     # The tool's own slot first: a call queued behind its tool must not hold one of the
     # batch's slots meanwhile (calls of a slow, limited tool would otherwise starve every
     # other tool). Always tool -> batch, so no lock-order deadlock.
-    slots = _Slots(ctx.limiter) if tool_limiter is None else _Slots(tool_limiter, ctx.limiter)
+    slots = Slots(ctx.limiter) if tool_limiter is None else Slots(tool_limiter, ctx.limiter)
     await slots.acquire()
     try:
         result = await _run_limited(i, item, ctx, started, slots)
@@ -263,13 +276,13 @@ async def _run_limited(
     i: int,
     item: Executable,
     ctx: DispatchContext,
-    started: list[tuple[float, str | None] | None],
-    slots: _Slots,
+    started: list[_Began | None],
+    slots: Slots,
 ) -> CallResult:
     spec = item.spec
     start = ctx.clock()
     key, key_error = _key_of(item, ctx)
-    started[i] = (start, key)
+    began = started[i] = _Began(start, key)
 
     def done(
         model_result: dict[str, Any],
@@ -341,8 +354,11 @@ async def _run_limited(
         model=ctx.model,
     ) as span:
         try:
+            # A sync handler's wait for a worker thread is outside its deadline (slots.py).
+            thread = None if spec.is_async else await slots.acquire_thread()
+            began.invoked = True
             with anyio.fail_after(spec.timeout):
-                value = await _invoke(spec, item.args, tool_ctx, slots)
+                value = await _invoke(spec, item.args, tool_ctx, slots, thread)
         except TimeoutError:
             span.set_outcome("timeout", error=True)
             if not spec.is_side_effect:
@@ -360,7 +376,19 @@ async def _run_limited(
             return done(_envelope(code), code.value, ran=True, unresolved=True, detail=detail)
         except anyio.get_cancelled_exc_class() as exc:
             if _cancel_requested():
-                if store is not None and key is not None:
+                if store is not None and key is not None and not began.invoked:
+                    # Cancelled while queued for a thread: this attempt ended unrun.
+                    code = ErrorCode.TIMEOUT
+                    with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
+                        await store.ledger_finish(
+                            ctx.auth.tenant,
+                            key,
+                            owner,
+                            LedgerState.FAILED,
+                            canonical_json(_envelope(code)),
+                            now=ctx.clock(),
+                        )
+                elif store is not None and key is not None:
                     with anyio.CancelScope(shield=True):
                         await store.ledger_mark_unknown(
                             ctx.auth.tenant, key, owner, now=ctx.clock()
@@ -444,115 +472,25 @@ def _shape(value: Any, spec: ToolSpec, ctx: DispatchContext) -> tuple[dict[str, 
     return model_result, "ok", ""
 
 
-async def _invoke(spec: ToolSpec, args: Any, tool_ctx: ToolContext, slots: _Slots) -> Any:
+async def _invoke(
+    spec: ToolSpec,
+    args: Any,
+    tool_ctx: ToolContext,
+    slots: Slots,
+    thread: anyio.CapacityLimiter | None,
+) -> Any:
     if spec.is_async:
         return await spec.handler(args, tool_ctx)
     run = slots.guard(functools.partial(spec.handler, args, tool_ctx))
     try:
-        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+        value = await anyio.to_thread.run_sync(run, abandon_on_cancel=True, limiter=thread)
     except BaseException:
-        # Timed out or cancelled: the caller stops waiting, the thread may run on.
+        # Timed out or cancelled (or the handler raised): the caller stops waiting, the
+        # thread may run on.
         slots.abandon()
         raise
-
-
-class _Slots:
-    """The limiter slots one call holds, and who gives them back.
-
-    Normally the call's task releases them when the call is answered. A sync handler
-    cannot be stopped: at its deadline the call is answered while its thread runs on, so
-    its slots pass to that thread, which releases them when the handler really returns
-    (otherwise ``max_concurrency`` and ``max_parallelism`` would not bound the handlers
-    actually running). A handler whose thread had not started by then never runs.
-    """
-
-    __slots__ = ("_handed_over", "_held", "_limiters", "_lock", "_schedule", "_skip", "_started")
-
-    def __init__(self, *limiters: anyio.CapacityLimiter) -> None:
-        self._limiters = limiters  # acquired in this order, released in reverse
-        self._held: list[anyio.CapacityLimiter] = []
-        self._lock = threading.Lock()  # the thread and the task both read the flags
-        self._started = False
-        self._skip = False
-        self._handed_over = False
-        self._schedule: Callable[[Callable[[], None]], object] | None = None
-
-    async def acquire(self) -> None:
-        try:
-            for limiter in self._limiters:
-                await limiter.acquire_on_behalf_of(self)
-                self._held.append(limiter)
-        except BaseException:
-            self.release()
-            raise
-
-    def release(self) -> None:
-        """The call is answered: give the slots back, unless its thread holds them now."""
-        if self._handed_over:
-            return
-        held, self._held = self._held, []
-        for limiter in reversed(held):
-            limiter.release_on_behalf_of(self)
-
-    def guard(self, handler: Callable[[], Any]) -> Callable[[], Any]:
-        """``handler`` wrapped for the worker thread (see the class docstring). Called on
-        the event loop, which it captures for the release."""
-        self._schedule = _loop_scheduler()
-
-        def run() -> Any:
-            with self._lock:
-                if self._skip:
-                    return None  # answered before the thread started: do not run it now
-                self._started = True
-            try:
-                return handler()
-            finally:
-                with self._lock:
-                    self._started = False
-                    handed_over = self._handed_over
-                if handed_over:
-                    self._release_from_thread()
-
-        return run
-
-    def abandon(self) -> None:
-        """The task stopped waiting for the thread (deadline, cancellation)."""
-        with self._lock:
-            if self._started:
-                self._handed_over = True  # the thread gives the slots back
-            else:
-                self._skip = True  # not started (or already done): the task releases
-
-    def _release_from_thread(self) -> None:
-        held, self._held = self._held, []
-
-        def give_back() -> None:
-            for limiter in reversed(held):
-                limiter.release_on_behalf_of(self)
-
-        # Limiters belong to the event loop: release there, without waiting for it (a loop
-        # that stopped but is not closed yet would never run a blocking call, and this
-        # thread would never end). A loop that has ended took its limiters with it.
-        schedule = self._schedule
-        if schedule is not None:
-            with contextlib.suppress(RuntimeError):
-                schedule(give_back)
-
-
-def _loop_scheduler() -> Callable[[Callable[[], None]], object] | None:
-    """A thread-safe, non-blocking "run this on the current event loop soon"."""
-    try:
-        return asyncio.get_running_loop().call_soon_threadsafe
-    except RuntimeError:
-        pass  # not asyncio: trio (anyio's other backend)
-    try:
-        trio = importlib.import_module("trio")
-        scheduler: Callable[[Callable[[], None]], object] = (
-            trio.lowlevel.current_trio_token().run_sync_soon
-        )
-    except (ImportError, RuntimeError):
-        return None
-    return scheduler
+    slots.returned()
+    return value
 
 
 async def _reconcile(  # noqa: PLR0917 - internal helper, called once
