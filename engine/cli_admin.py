@@ -401,6 +401,11 @@ def load_registry(spec: str) -> Registry:
     return obj
 
 
+# ``operations resume``'s exit status when another worker's claim held the operation and
+# nothing ran: a script must not read "resumed" (1 and 2 are refusals and usage errors).
+RESUME_CLAIMED = 3
+
+
 async def _operations_resume(args: argparse.Namespace, store: Store) -> int:
     # Imported here: only resume needs the run loop (and its HTTP client).
     from .runtime.audit_sink import JsonlAuditSink  # noqa: PLC0415
@@ -467,6 +472,8 @@ async def _operations_resume(args: argparse.Namespace, store: Store) -> int:
                 "resumed (--claim-stale-after SECONDS takes over a claim of a dead worker)",
                 file=sys.stderr,
             )
+            await _print_operation(args, store, record.operation_id)
+            return RESUME_CLAIMED
         elif result.state is OpState.WAITING_APPROVAL:
             pending = ", ".join(_s(a) for a in result.pending_approvals)
             print(
@@ -561,7 +568,8 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p = _leaf(
         osub,
         "resume",
-        "continue an operation paused for approval (any worker, any process)",
+        "continue an operation paused for approval (any worker, any process); exit "
+        f"status {RESUME_CLAIMED} when another worker holds it and nothing was resumed",
         _operations_resume,
         common,
     )

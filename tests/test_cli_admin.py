@@ -412,7 +412,7 @@ async def test_resume_takes_over_a_dead_workers_claim_only_with_claim_stale_afte
             "tests.cli_tools:REGISTRY",
         ]
         held = await _cli(*resume, env=env)
-        assert held.returncode == 0 and b"claimed by worker w_dead" in held.stderr
+        assert held.returncode == 3 and b"claimed by worker w_dead" in held.stderr
         assert b"--claim-stale-after" in held.stderr and not effects.exists()
         bad = await _cli(*resume, "--claim-stale-after", "0", env=env)
         assert bad.returncode == 2 and b"positive number of seconds" in bad.stderr
