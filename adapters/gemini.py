@@ -66,12 +66,12 @@ from callgate.engine.core.outcome import (
     Usage,
     token_sum,
 )
-from callgate.engine.core.sse import SSEData, SSEEvent
+from callgate.engine.core.sse import SSEEvent
 
 from ._gemini_echo import default_order, echo_parts
+from ._gemini_unframed import UnframedText
 from ._gemini_wire import (
     DECODER,
-    ERROR_DECODER,
     JSON_DECODER,
     NO_USAGE,
     Chunk,
@@ -138,7 +138,6 @@ class GeminiStream:
         "_id_known",
         "_items",
         "_junk",
-        "_junk_bytes",
         "_limits",
         "_meta_sent",
         "_order",
@@ -171,8 +170,7 @@ class GeminiStream:
         self._order: list[list[Any]] = []
         self._run_start = -1
         self._text_chars = 0
-        self._junk: list[SSEData] = []
-        self._junk_bytes = 0
+        self._junk = UnframedText(limits.max_event_bytes)
 
     def decode(self, event: SSEEvent) -> list[EngineEvent]:
         out: list[BatchEvent] = []
@@ -189,7 +187,7 @@ class GeminiStream:
         try:
             for event in events:
                 if event.unframed:
-                    out += self._unframed(event.data)
+                    out += [_provider_error(e) for e in self._junk.add(event.data)]
                     continue
                 try:
                     chunk = decode(event.data)
@@ -285,8 +283,7 @@ class GeminiStream:
         self._close_text()
         if not default_order(self._order):
             out.append(ProviderDetail("gemini_part_order", {"parts": self._order}))
-        if self._junk and b"".join(self._junk).strip():
-            raise StreamProtocolError("gemini: unframed text that is not a JSON error body")
+        out += [_provider_error(e) for e in self._junk.finish()]
         if self._blocked is not None:
             out.append(Completion(_R, self._blocked))
         elif self._finish is not None:
@@ -444,36 +441,6 @@ class GeminiStream:
                 CallDone(vertex.index, raw=arguments, error=vertex.error, refused_bytes=refused)
             )
         return vertex.index
-
-    # --- unframed text -----------------------------------------------------------------
-
-    def _unframed(self, data: SSEData) -> list[EngineEvent]:
-        self._junk.append(data)
-        self._junk_bytes += len(data) + 1
-        if self._junk_bytes > self._limits.max_event_bytes:
-            raise LimitExceeded("max_event_bytes", self._limits.max_event_bytes, "gemini unframed")
-        text = b"\n".join(self._junk)
-        if not text.strip():
-            self._junk.clear()
-            self._junk_bytes = 0
-            return []
-        try:
-            body = ERROR_DECODER.decode(text)
-        except msgspec.DecodeError as exc:
-            # A pretty-printed body may arrive one line per event: wait for the rest
-            # (end() rejects a body that never completes). Anything else is garbage.
-            if "truncated" in str(exc):
-                return []
-            raise StreamProtocolError(
-                f"gemini: unframed text is not a JSON error body: {exc}"
-            ) from None
-        self._junk.clear()
-        self._junk_bytes = 0
-        bodies = body if isinstance(body, list) else [body]
-        errors = [b.error for b in bodies if b.error is not None]
-        if not errors or len(errors) != len(bodies):
-            raise StreamProtocolError("gemini: unframed JSON that is not an error body")
-        return [_provider_error(e) for e in errors]
 
 
 # --- encode side ---------------------------------------------------------------------------

@@ -306,3 +306,31 @@ def test_blocked_prompt_is_a_refusal() -> None:
 def test_unknown_finish_reason_is_failed_with_the_raw_reason() -> None:
     events = run_chunks(candidate({"text": "x"}, finish="NEW_REASON"))
     assert events[-1] == Completion(OutcomeKind.FAILED, "NEW_REASON")
+
+
+def test_an_unframed_body_sent_line_by_line_is_decoded_a_bounded_number_of_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Decoding the held text on every line was O(n^2): seconds of a blocked event loop
+    # for an open body sent one short line per event, well under max_event_bytes.
+    from callgate.adapters import _gemini_unframed
+
+    tries: list[int] = []
+    real = _gemini_unframed.ERROR_DECODER
+
+    class Counting:
+        def decode(self, text: bytes) -> object:
+            tries.append(len(text))
+            return real.decode(text)
+
+    monkeypatch.setattr(_gemini_unframed, "ERROR_DECODER", Counting())
+    lines = 50_000  # ~200 KB: each line closes a bracket, the list never does
+    stream = ADAPTER.new_stream(DEFAULT_LIMITS)
+    out: list[EngineEvent] = []
+    for data in [b"[{}", *([b",{}"] * lines)]:
+        out += stream.decode(SSEEvent(event="", data=data, unframed=True))
+    assert out == []
+    # Linear: the eager first 4 KiB (a fixed ~2 MB of decoding), then the doubling.
+    assert sum(tries) < 3 * 1024 * 1024 + 4 * 4 * lines
+    with pytest.raises(StreamProtocolError, match="not a JSON error body"):
+        stream.end()
