@@ -42,4 +42,4 @@ class Block:
         self.text: list[str] = []  # text_delta / thinking_delta pieces
         self.signature: str | None = None  # the last signature_delta (it replaces, as in the SDK)
         self.json: list[str] = []  # server_tool_use input pieces
-        self.citations: list[dict[str, Any]] = []
+        self.citations: list[bytes] = []  # each citation's JSON bytes

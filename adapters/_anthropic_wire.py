@@ -102,7 +102,8 @@ class SignaturePiece(msgspec.Struct, tag="signature_delta", tag_field="type", gc
 
 
 class CitationPiece(msgspec.Struct, tag="citations_delta", tag_field="type", gc=False):
-    citation: dict[str, Any] | None = None
+    # Kept as its bytes until the block ends: charged by size like any buffered content.
+    citation: msgspec.Raw = msgspec.Raw()
 
 
 BlockPiece = InputJson | TextPiece | ThinkingPiece | SignaturePiece | CitationPiece

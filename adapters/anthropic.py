@@ -395,12 +395,16 @@ class AnthropicStream:
                 self._charge(block, delta.signature)
                 block.signature = delta.signature
                 return
-        if isinstance(delta, CitationPiece) and block.kind != TOOL and delta.citation is not None:
+        if isinstance(delta, CitationPiece) and block.kind != TOOL:
             if len(block.citations) >= self._limits.max_continuation_items:
                 raise LimitExceeded(
                     "max_continuation_items", self._limits.max_continuation_items, "citations"
                 )
-            block.citations.append(delta.citation)
+            citation = bytes(delta.citation)  # a copy, not a view pinning the event's buffer
+            if citation[:1] != b"{":
+                raise StreamProtocolError("anthropic: citations_delta citation is not an object")
+            self._hold(block, len(citation))
+            block.citations.append(citation)
             return
         raise StreamProtocolError(
             f"anthropic: {_tag(delta)!r} delta not valid for content block {index}"
@@ -442,7 +446,7 @@ class AnthropicStream:
             existing = item.get("citations")
             item["citations"] = [
                 *(existing if isinstance(existing, list) else ()),
-                *block.citations,
+                *(JSON_DECODER.decode(c) for c in block.citations),
             ]
         # Release the buffers; the block index stays known so a reuse is still caught.
         self._held -= block.held

@@ -351,6 +351,38 @@ def test_initial_text_in_block_start_and_citations_are_kept() -> None:
     assert events[-1] == Completion(OutcomeKind.FINAL_TEXT, "end_turn")
 
 
+def test_citations_count_against_the_continuation_cap() -> None:
+    # Citations were held uncounted (64 MB held past every 16 MiB cap; a MemoryError
+    # under a 1 GiB address-space limit): they are buffered content like any other.
+    citation = {"type": "char_location", "cited_text": "x" * 100}
+    size = len(json.dumps(citation))  # as frame() encodes it
+    deltas = [block_delta(0, type="citations_delta", citation=citation)] * 4
+
+    def fits_in(cap: int, *events: SSEEvent) -> bool:
+        try:
+            run_events(
+                START,
+                block_start(0, type="text", text=""),
+                *events,
+                limits=Limits(max_continuation_bytes=cap),
+            )
+        except LimitExceeded:
+            return False
+        return True
+
+    base = next(cap for cap in range(4096) if fits_in(cap))  # the block's own share
+    assert fits_in(base + 4 * size, *deltas) and not fits_in(base + 4 * size - 1, *deltas)
+    out = run_events(
+        START, block_start(0, type="text", text=""), *deltas, frame("content_block_stop", index=0)
+    )
+    [item] = of(out, ContinuationItem)
+    assert item.item["citations"] == [citation] * 4
+    with pytest.raises(StreamProtocolError, match="citation is not an object"):
+        run_events(
+            START, block_start(0, type="text"), block_delta(0, type="citations_delta", citation=[1])
+        )
+
+
 def test_redacted_thinking_and_unknown_blocks_pass_through() -> None:
     events = run_events(
         START,
