@@ -26,6 +26,7 @@ import pytest
 from callgate.engine.cli_errors import scrub
 from callgate.engine.core.errors import ConfigError, StoreError
 from callgate.engine.store import OperationRecord, open_store, redact_url
+from callgate.engine.store.url import url_secrets
 
 from .cli_helpers import CLI, ROOT, cli_env, run_all
 from .store_helpers import drop_schema, require_postgres, with_schema
@@ -117,6 +118,28 @@ def test_redact_url_masks_query_passwords_and_survives_garbage() -> None:
     )
     assert redact_url("sqlite:///x.db?synchronous=FULL") == "sqlite:///x.db?synchronous=FULL"
     assert redact_url(f"postgresql://u:{SECRET}@[::1") == "<unparseable store URL>"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresql://bob:pa?ss{SECRET}@127.0.0.1:1/db",  # "?" ends urlsplit's authority
+        f"postgresql://bob:pa?ss{SECRET}@127.0.0.1/db",
+        f"postgresql://bob:p#a{SECRET}@h/db",
+        f"postgresql://bob:pa/s{SECRET}@h/db?password={SECRET}",
+        f"postgresql://bob:a@b{SECRET}@h/db",
+    ],
+)
+def test_a_password_with_unencoded_delimiters_is_masked_whole(url: str) -> None:
+    # urlsplit found no password (or half of one) in these: the URL was printed whole.
+    redacted = redact_url(url)
+    assert SECRET not in redacted and redacted.startswith("postgresql://bob:***@")
+    assert any(SECRET in s for s in url_secrets(url))
+    proc = run_cli("approvals", "list", "--store", url)
+    assert proc.returncode == 1 and proc.stderr
+    password = url.split("bob:", 1)[1].rsplit("@", 1)[0]
+    head = password.split(SECRET, 1)[0]  # the part before the secret, as a parser cuts it
+    assert SECRET not in proc.stderr and f"'{head}'" not in proc.stderr, proc.stderr
 
 
 def test_sqlite_options_error_does_not_echo_a_password(tmp_path: Path) -> None:

@@ -30,6 +30,10 @@ UNPARSEABLE = "<unparseable store URL>"
 _SECRET_PARAMS = frozenset({"password", "passfile"})
 # The userinfo password, found without urlsplit (which refuses some malformed URLs).
 _USERINFO_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)@")
+# user:password@ up to the last "@": a password with an unencoded "/", "?", "#" or "@"
+# ends the authority early for urlsplit (and the pattern above), which then finds no
+# password, or half of it, while libpq may still take it whole.
+_LOOSE_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^:@/?#]*):(.*)@", re.DOTALL)
 
 _SYNC_MODES: dict[str, Literal["FULL", "NORMAL", "EXTRA"]] = {
     "FULL": "FULL",
@@ -55,7 +59,10 @@ def open_store(
         parts = urlsplit(url)
         parts.port  # noqa: B018  # parsed now, so a bad port is a ConfigError, not later
     except ValueError as exc:
-        raise ConfigError(f"malformed store URL {redact_url(url)!r}: {exc}") from None
+        # The parser's text quotes the piece it choked on: with a userinfo that can be
+        # part of a password (an unencoded "?" or "/" in it ends the authority early).
+        why = "its authority (user, password, host, port) does not parse" if "@" in url else exc
+        raise ConfigError(f"malformed store URL {redact_url(url)!r}: {why}") from None
     scheme = parts.scheme.lower()
     if scheme == "sqlite":
         if parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:
@@ -95,6 +102,9 @@ def url_secrets(url: str) -> set[str]:
     userinfo password and ``password``/``passfile`` query values. Works on malformed URLs
     too, so a message about one can still be scrubbed."""
     raw: list[str] = []
+    loose = _LOOSE_USERINFO.match(url)
+    if loose and loose.group(3):
+        raw.append(loose.group(3))
     match = _USERINFO_PASSWORD.match(url)
     if match:
         _, sep, password = match.group(1).rpartition("@")[2].partition(":")
@@ -119,6 +129,12 @@ def redact_url(url: str) -> str:
     """``url`` with any credential replaced by ``***`` (the userinfo password, and the
     ``password``/``passfile`` query parameters; a fragment too, which no store URL uses),
     for messages and logs. A URL that does not parse is ``<unparseable store URL>``."""
+    loose = _LOOSE_USERINFO.match(url)
+    if loose and any(c in loose.group(3) for c in "/?#@"):
+        # Everything up to the last "@" is masked, whatever a parser makes of it.
+        scheme, user = loose.group(1), loose.group(2)
+        rest = redact_url(scheme + url[loose.end() :])
+        return f"{scheme}{user}:***@{rest[len(scheme) :]}"
     try:
         parts = urlsplit(url)
         password = parts.password
