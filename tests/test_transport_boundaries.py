@@ -189,3 +189,19 @@ def test_a_base_url_that_cannot_be_requested_is_refused_when_the_endpoint_is_mad
 ) -> None:
     with pytest.raises(ConfigError, match="base URL"):
         ProviderEndpoint(base_url=base_url, api_key=KEY)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://proxyuser:hunter2pw@127.0.0.1:1",  # wrong scheme
+        "http://proxyuser:hunter2pw@/v1",  # no host
+        "http://proxyuser:hunter2pw@h:port/v1",  # a port that does not parse
+        "http://proxyuser:hunter2pw@[::1/v1",  # brackets that do not close
+    ],
+)
+def test_a_refused_base_url_never_shows_its_password(url: str) -> None:
+    # A proxy's credentials in OPENAI_BASE_URL were echoed in the refusal.
+    with pytest.raises(ConfigError) as caught:
+        ProviderEndpoint(base_url=url, api_key="k")
+    assert "hunter2pw" not in str(caught.value)

@@ -51,6 +51,7 @@ from callgate.engine.core.events import (
 )
 from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
 from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
+from callgate.engine.store.url import redact_url
 
 from .http_errors import error_fields, masked, retry_after_seconds, without_key
 
@@ -114,14 +115,17 @@ class ProviderEndpoint(msgspec.Struct, frozen=True, kw_only=True):
     api_key: str
 
     def __post_init__(self) -> None:
+        # A proxy's user:password may sit in the URL (from the environment): never shown.
+        shown = redact_url(self.base_url)
         if not self.base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"base URL must start with http:// or https://: {self.base_url!r}")
+            raise ConfigError(f"base URL must start with http:// or https://: {shown!r}")
         try:  # (a bad port or host would otherwise fail at the first model turn)
             url = httpx.URL(self.base_url)
         except httpx.InvalidURL as exc:
-            raise ConfigError(f"base URL {self.base_url!r} is not a valid URL ({exc})") from None
+            why = "its user, password, host or port does not parse" if "@" in self.base_url else exc
+            raise ConfigError(f"base URL {shown!r} is not a valid URL ({why})") from None
         if not url.host:
-            raise ConfigError(f"base URL {self.base_url!r} names no host")
+            raise ConfigError(f"base URL {shown!r} names no host")
         if (
             not self.api_key
             or not self.api_key.isascii()  # (a header value is bytes: non-ASCII fails late)
