@@ -100,8 +100,17 @@ def _operation_of(raw: bytes) -> str | None:
         return None
 
 
+# Far above any record callgate writes; a longer "line" (a corrupt or hostile trail,
+# /dev/zero, a FIFO) is refused instead of read into memory whole.
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
 def _numbered(handle: IO[bytes]) -> Iterator[tuple[int, bytes]]:
-    for number, raw in enumerate(handle, start=1):
+    number = 0
+    while raw := handle.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise CliFailure(f"line {number} is longer than {MAX_LINE_BYTES} bytes", 2)
         if raw.strip():
             yield number, raw
 

@@ -207,3 +207,15 @@ def test_by_operation_shows_the_id_that_operation_takes(tmp_path: Path) -> None:
     assert shown == ["tenant\\job-1", "plain"]
     one = run_all(["audit", "verify", str(path), "--operation", shown[0]])[0]
     assert one.returncode == 0 and one.stdout.startswith("ok: 2 records")
+
+
+def test_a_line_past_the_cap_is_refused_not_read_whole(tmp_path: Path) -> None:
+    # /dev/zero (or a FIFO, or a corrupt trail) is one endless line: it was read into
+    # memory until the host ran out (a MemoryError traceback at ~1.5 GB under a ulimit).
+    from callgate.engine.cli_audit import MAX_LINE_BYTES
+
+    long_line = tmp_path / "long.jsonl"
+    long_line.write_bytes(b"\n" + b"x" * (MAX_LINE_BYTES + 1))  # line 1 blank
+    endless, cut = run_all(["audit", "verify", "/dev/zero"], ["audit", "verify", str(long_line)])
+    assert endless.returncode == 2 and "line 1 is longer than" in endless.stderr
+    assert cut.returncode == 2 and "line 2 is longer than" in cut.stderr
