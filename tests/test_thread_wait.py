@@ -22,6 +22,7 @@ from callgate.engine.core.outcome import ProposedCall
 from callgate.engine.core.registry import AuthContext, Registry, RiskClass, ToolContext, ToolSpec
 from callgate.engine.core.validation import Executable, validate_turn
 from callgate.engine.runtime.dispatch import DispatchContext, execute_calls
+from callgate.engine.runtime.replay import ReplayServer
 from callgate.engine.store.base import LedgerState
 from callgate.engine.store.memory import MemoryStore
 
@@ -209,3 +210,43 @@ async def test_a_thread_running_past_its_deadline_keeps_its_token_until_it_retur
     assert [r.status for r in second] == ["ok"] and ran == [0]
     await anyio.sleep(0.05)
     assert threads.borrowed_tokens == 0
+
+
+def test_a_runner_reused_across_event_loops_keeps_its_tool_slots() -> None:
+    # A sync host calls anyio.run(runner.start, ...) per request with one runner. The
+    # first run's timed-out thread outlived its loop, and the tool's slot, given back on
+    # that dead loop, was lost for good: every later call of the tool waited out its
+    # operation's deadline.
+    from .loop_helpers import make_runner, turn
+
+    release = threading.Event()
+
+    def slow(args: N, ctx: ToolContext) -> int:
+        release.wait(args.n)
+        return args.n
+
+    registry = Registry(
+        [
+            ToolSpec(
+                name="s", description="d", args_type=N, handler=slow, timeout=0.2, max_concurrency=1
+            )
+        ]
+    )
+    turns = [
+        turn("openai_chat", calls=[("c1", "s", '{"n": 5}')]),
+        turn("openai_chat", text="ok"),
+        turn("openai_chat", calls=[("c2", "s", '{"n": 0}')]),
+        turn("openai_chat", text="ok"),
+    ]
+    with ReplayServer.run_in_thread(turns) as server:
+        runner, _ = make_runner("openai_chat", server.base_url, registry)
+
+        async def go() -> list[str]:
+            with anyio.fail_after(5):
+                result = await runner.start("go")
+            return [c.status for c in result.calls]
+
+        assert anyio.run(go) == ["timeout"]  # its thread runs on past this loop
+        release.set()
+        time.sleep(0.2)  # that thread has returned, its loop long gone
+        assert anyio.run(go) == ["ok"]

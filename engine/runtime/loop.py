@@ -19,7 +19,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-import anyio
 import httpx
 import msgspec
 
@@ -54,6 +53,7 @@ from .progress import (
     ProgressEvent,
 )
 from .recovery import drive_failed, mark_past_pause, release, settle_stuck
+from .slots import LoopLimiters
 from .steps import OperationDrive
 from .transport import ProviderEndpoint, RetryPolicy, TransportTimeouts
 
@@ -178,8 +178,9 @@ class Runner:
         self._approval_ttl = approval_ttl
         self._claim_stale_after = claim_stale_after
         self._clock = clock
-        # Per-tool concurrency limits hold across every operation this runner drives.
-        self._tool_limiters: dict[str, anyio.CapacityLimiter] = {}
+        # Per-tool concurrency limits hold across every operation this runner drives (on
+        # one event loop: see LoopLimiters).
+        self._tool_limiters = LoopLimiters()
 
     # --- public entry points -------------------------------------------------------------
 

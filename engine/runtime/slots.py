@@ -16,13 +16,14 @@ import asyncio
 import contextlib
 import importlib
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 import anyio.to_thread
 
-__all__ = ["Slots"]
+__all__ = ["LoopLimiters", "Slots"]
 
 
 class Slots:
@@ -142,6 +143,35 @@ class Slots:
         if schedule is not None:
             with contextlib.suppress(RuntimeError):
                 schedule(give_back)
+
+
+class LoopLimiters:
+    """A runner's per-tool limiters, one set per event loop.
+
+    A limiter belongs to the loop it was made on, and a thread that outlived its loop
+    gives its slot back on that loop or not at all: one set shared across loops (a sync
+    host calling ``anyio.run(runner.start, ...)`` per request with one runner) lost the
+    tool's slot for good, and every later call of the tool waited out its operation's
+    deadline. A set goes with its loop."""
+
+    __slots__ = ("_by_loop", "_other")
+
+    def __init__(self) -> None:
+        self._by_loop: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, anyio.CapacityLimiter]
+        ] = weakref.WeakKeyDictionary()
+        self._other: dict[str, anyio.CapacityLimiter] = {}  # not asyncio (trio)
+
+    def here(self) -> dict[str, anyio.CapacityLimiter]:
+        """The running loop's set (created empty on first use)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self._other
+        limiters = self._by_loop.get(loop)
+        if limiters is None:
+            limiters = self._by_loop[loop] = {}
+        return limiters
 
 
 def _loop_scheduler() -> Callable[[Callable[[], None]], object] | None:

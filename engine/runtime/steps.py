@@ -392,7 +392,7 @@ class OperationDrive:
                 progress=r._progress,
                 provider=r.provider,
                 model=r.model,
-                tool_limiters=r._tool_limiters,
+                tool_limiters=r._tool_limiters.here(),
                 limiter=self.parallel,
                 seal=lambda item, res: seal(*contexts[item.call.call_id], item, res, r._secret),
             )
