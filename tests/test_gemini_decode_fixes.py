@@ -338,8 +338,8 @@ def test_paths_beyond_the_bookkeeping_budget_fail() -> None:
     chunks += [_cand(_fc()), _cand({"text": ""}, finish="STOP")]
     out = _decode_all_ways(b"".join(_frame(c) for c in chunks), limits)
     _failed(out, "max_call_argument_bytes")
-    # Fewer paths fit.
-    del chunks[6:11]
+    # Fewer paths fit (a path of one level is charged _PATH_COST + _LEVEL_COST).
+    del chunks[5:11]
     assert _decode_all_ways(b"".join(_frame(c) for c in chunks), limits).calls
 
 
@@ -451,9 +451,12 @@ def test_many_tiny_paths_or_pieces_hold_a_small_multiple_of_the_cap(
 
 def test_a_call_just_under_the_budget_builds_within_twice_the_cap() -> None:
     # As many $.a[i].b paths (an object tree to build) as the bookkeeping budget admits
-    # (a path is charged 256 bytes), held and then built.
+    # (a path of three levels is charged _PATH_COST + 3 * _LEVEL_COST), held and built.
+    from callgate.adapters._vertex_args import _LEVEL_COST, _PATH_COST
+
+    per_path = _PATH_COST + 3 * _LEVEL_COST
     limits = Limits(max_call_argument_bytes=CAP)
-    n = CAP // 256 - 96
+    n = CAP // per_path - 96
 
     def held_and_built() -> bytes | None:
         args = StreamedArguments(0, limits)
@@ -467,5 +470,5 @@ def test_a_call_just_under_the_budget_builds_within_twice_the_cap() -> None:
     assert peak < 2 * CAP, f"{peak / CAP:.1f} x the cap"
     with pytest.raises(LimitExceeded):
         StreamedArguments(0, limits).add(
-            [PartialArg(f"$.a[{i}].b", number_value=i) for i in range(CAP // 256 + 1)]
+            [PartialArg(f"$.a[{i}].b", number_value=i) for i in range(CAP // per_path + 1)]
         )

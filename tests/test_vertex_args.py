@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from callgate.adapters import _vertex_args
 from callgate.adapters._vertex_args import PartialArg, StreamedArguments
+from callgate.engine.core.errors import LimitExceeded
 from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
 
 # Keys as _parse_path reads them, plus characters it rejects (a non-simple path).
@@ -134,3 +135,23 @@ def test_large_arguments_take_the_general_build(monkeypatch: pytest.MonkeyPatch)
     calls.clear()
     assert _build([[_piece("$.a", "small")]]) == b'{"a":"small"}'
     assert not calls  # small and flat: one encode
+
+
+def test_deep_paths_are_charged_for_their_levels() -> None:
+    # 16,000 distinct paths of 63 levels (2.6 MB) held 188 MB at build: a path was
+    # charged the same whatever its depth. Each level now counts against the budget.
+    args = StreamedArguments(0, DEFAULT_LIMITS)
+    deep = ".a" * 62
+    with pytest.raises(LimitExceeded, match="bookkeeping"):
+        for start in range(0, 8000, 500):
+            args.add(
+                [PartialArg(f"$.k{i}{deep}", number_value=i) for i in range(start, start + 500)]
+            )
+
+
+def test_a_path_deeper_than_the_cap_is_refused_when_it_arrives() -> None:
+    # Not split into its levels at build first (a path of N levels built N segments).
+    args = StreamedArguments(0, DEFAULT_LIMITS)
+    args.add([PartialArg("$" + ".ab" * (DEFAULT_LIMITS.max_json_depth + 1), number_value=1)])
+    assert args.error == f"arguments nest deeper than {DEFAULT_LIMITS.max_json_depth} levels"
+    assert args.build() is None
