@@ -511,10 +511,17 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+# A listing's ceiling: a larger --limit (2**63 - 1) overflowed the store's integer.
+MAX_LIMIT = 1_000_000
+
+
 def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to {MAX_LIMIT}, got {text}")
     return value
 
 

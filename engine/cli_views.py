@@ -56,7 +56,7 @@ def snapshot_view(snapshot: bytes) -> dict[str, Any] | None:
     and the audit chain position. None when it is not a JSON object."""
     try:
         data = msgspec.json.decode(snapshot)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # (nesting past msgspec's own guard)
         return None
     if not isinstance(data, dict):
         return None

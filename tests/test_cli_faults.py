@@ -444,3 +444,28 @@ def test_a_short_password_is_masked_as_a_credential_without_garbling_the_message
 
 
 URL_1 = "postgresql://u:p@127.0.0.1:1/db"
+
+
+def test_a_snapshot_nested_past_the_decoder_guard_is_a_refusal_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    # Valid JSON 100,000 levels deep raised RecursionError out of both snapshot readers.
+    deep = b'{"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}"  # a field no view reads
+    url = make_store(tmp_path / "x.db", operation("op_deep", deep))
+    show = run_cli("operations", "show", "op_deep", "--store", url)
+    assert show.returncode == 0 and "not readable" in show.stdout, show.stderr
+    resume = run_cli(
+        "operations", "resume", "op_deep", "--registry", "tests.cli_tools:REGISTRY",
+        "--provider", "openai_chat", "--model", "m", "--store", url,
+        env=cli_env(OPENAI_API_KEY="sk-test", OPENAI_BASE_URL="http://127.0.0.1:9"),
+    )  # fmt: skip
+    assert resume.returncode == 1 and "nests too deeply" in one_line(resume)
+    assert "Traceback" not in show.stderr + resume.stderr
+
+
+def test_a_listing_limit_past_the_ceiling_is_a_usage_error(tmp_path: Path) -> None:
+    url = make_store(tmp_path / "x.db")
+    for command in ("approvals", "operations"):
+        proc = run_cli(command, "list", "--limit", str(2**63 - 1), "--store", url)
+        assert proc.returncode == 2 and "from 1 to 1000000" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr

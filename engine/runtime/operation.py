@@ -117,6 +117,11 @@ def decode_snapshot(data: bytes, operation_id: str) -> OperationSnapshot:
     the stored value (arguments, results) before the place."""
     try:
         return SNAPSHOT_DECODER.decode(data)
+    except RecursionError:  # nesting past msgspec's own guard
+        raise StoreError(
+            f"operation {operation_id}: its stored snapshot nests too deeply to read; "
+            "nothing was resumed"
+        ) from None
     except ConfigError as exc:  # a stored value its type refuses (Budgets' own checks)
         raise StoreError(
             f"operation {operation_id}: its stored snapshot holds a refused value ({exc}); "
