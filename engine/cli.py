@@ -199,6 +199,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    if sys.stdout is None:
+        # Started with stdout closed (``>&-``): every command's answer would be lost, and
+        # ``approvals approve --json`` failed only after its decision was recorded. Refuse
+        # before anything is done.
+        if sys.stderr is not None:
+            print("callgate: standard output is closed; nothing was done", file=sys.stderr)
+        return 2
     try:
         if args.command == "demo":
             return _cmd_demo(args, extra)

@@ -469,3 +469,20 @@ def test_a_listing_limit_past_the_ceiling_is_a_usage_error(tmp_path: Path) -> No
         proc = run_cli(command, "list", "--limit", str(2**63 - 1), "--store", url)
         assert proc.returncode == 2 and "from 1 to 1000000" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_a_closed_stdout_is_refused_before_anything_is_done(tmp_path: Path) -> None:
+    # approvals approve --json with stdout closed recorded the decision, then ended in a
+    # traceback (its answer had nowhere to go).
+    url = make_store(tmp_path / "x.db")
+    proc = subprocess.run(
+        ["bash", "-c", 'exec "$@" >&-', "bash", *CLI, "operations", "list", "--store", url],
+        capture_output=False,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=cli_env(),
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == "callgate: standard output is closed; nothing was done\n"
