@@ -15,22 +15,15 @@ from collections.abc import AsyncIterator
 
 import anyio
 import anyio.to_thread
-import msgspec
 import pytest
 
-from callgate.engine.core.outcome import ProposedCall
-from callgate.engine.core.registry import AuthContext, Registry, RiskClass, ToolContext, ToolSpec
-from callgate.engine.core.validation import Executable, validate_turn
+from callgate.engine.core.registry import Registry, RiskClass, ToolContext, ToolSpec
 from callgate.engine.runtime.dispatch import DispatchContext, execute_calls
 from callgate.engine.runtime.replay import ReplayServer
 from callgate.engine.store.base import LedgerState
 from callgate.engine.store.memory import MemoryStore
 
-AUTH = AuthContext(tenant="t", subject="s", operation_id="op_thread_wait")
-
-
-class N(msgspec.Struct, forbid_unknown_fields=True):
-    n: int
+from .test_dispatch_faults import AUTH, N, _executables
 
 
 @pytest.fixture
@@ -42,22 +35,6 @@ async def one_thread() -> AsyncIterator[None]:
         yield
     finally:
         limiter.total_tokens = before
-
-
-def _executables(registry: Registry, names: list[str]) -> list[Executable]:
-    calls = [
-        ProposedCall(
-            index=i,
-            call_id=f"call_{i}",
-            name=name,
-            arguments={"n": i},
-            raw_arguments=f'{{"n":{i}}}'.encode(),
-        )
-        for i, name in enumerate(names)
-    ]
-    verdicts = validate_turn(calls, registry, AUTH)
-    assert all(isinstance(v, Executable) for v in verdicts)
-    return [v for v in verdicts if isinstance(v, Executable)]
 
 
 def _ctx(store: MemoryStore | None) -> DispatchContext:
