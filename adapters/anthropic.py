@@ -49,6 +49,7 @@ from callgate.engine.core.events import (
     UsageReport,
     append_fragments,
 )
+from callgate.engine.core.footprint import footprint
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import (
     OutcomeKind,
@@ -343,14 +344,14 @@ class AnthropicStream:
         if btype == "text":
             text = block.get("text")
             self._blocks[index] = new = Block(TEXT, block)
-            self._hold(new, len(raw))
+            self._hold_value(new, block, len(raw))
             if isinstance(text, str) and text:
                 self._count_text(text)
                 out.append(TextDelta(text))
             return
         # A server tool's non-empty input here is its input (echoed): no input delta may follow.
         self._blocks[index] = new = Block(OTHER, block, whole=not placeholder(head.input))
-        self._hold(new, len(raw))
+        self._hold_value(new, block, len(raw))
 
     def _block_delta(self, ev: BlockDelta, out: list[BatchEvent]) -> None:
         index = ev.index
@@ -470,6 +471,11 @@ class AnthropicStream:
                 "anthropic buffered content block",
             )
         self._hold(block, size)
+
+    def _hold_value(self, block: Block, value: object, size: int) -> None:
+        """Hold a decoded block head: charged as kept values are (see core.footprint)."""
+        budget = self._limits.max_continuation_bytes - self._held
+        self._hold(block, footprint(value, size, budget))
 
     def _hold(self, block: Block, size: int) -> None:
         block.held += size

@@ -62,6 +62,7 @@ from callgate.engine.core.events import (
     UsageReport,
     append_fragments,
 )
+from callgate.engine.core.footprint import footprint
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProposedCall, TurnOutcome
 from callgate.engine.core.sse import SSEEvent
@@ -321,13 +322,13 @@ class GeminiInteractionsStream:
             texts, others = wire.output(data)
             if others:
                 step.detail = {**wire.value(raw, f"step {index}"), "content": others}
-                self._hold(step, len(raw))  # held until its stop makes it a detail
+                self._hold_value(step, step.detail, len(raw))  # held until its stop
             return [TextDelta(text) for text in texts]
         else:
             # The whole step becomes a ProviderDetail at its stop (one continuation
             # item, like every adapter's opaque parts): kept, and counted, as that.
             step.detail = wire.value(raw, f"step {index}")
-            self._hold(step, len(raw))
+            self._hold_value(step, step.detail, len(raw))
         return []
 
     def _open_call(self, index: int, step: Step, data: wire.Step) -> list[EngineEvent]:
@@ -486,6 +487,11 @@ class GeminiInteractionsStream:
             raise LimitExceeded(
                 "max_continuation_items", self._limits.max_continuation_items, "interactions steps"
             )
+
+    def _hold_value(self, step: Step, value: object, size: int) -> None:
+        """Hold a decoded step: charged as kept values are (see core.footprint)."""
+        budget = self._limits.max_continuation_bytes - self._held
+        self._hold(step, footprint(value, size, budget))
 
     def _hold(self, step: Step, size: int) -> None:
         step.held += size

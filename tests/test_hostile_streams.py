@@ -12,6 +12,7 @@ import pytest
 
 from callgate.adapters.render import RenderCall, render_turn
 from callgate.engine import ConfigError, Limits, OutcomeKind, decode
+from callgate.engine.core.footprint import footprint
 
 from .conftest import FAMILIES, chunkings
 
@@ -182,7 +183,10 @@ def test_held_continuation_and_detail_bytes_are_capped_at_the_limit() -> None:
     # A count cap alone would let 1024 items of an event's size each be held.
     body = _inline_parts(3, 1000)
     whole = decode("gemini", [body])
-    held = sum(len(msgspec.json.encode(x)) for x in (*whole.continuation, *whole.provider_details))
+    # Each item's charge: its JSON and its nodes (core.footprint; its own tests measure it).
+    held = sum(
+        footprint(x.item, len(msgspec.json.encode(x)), 1 << 40) for x in whole.continuation
+    ) + sum(footprint(x.data, len(msgspec.json.encode(x)), 1 << 40) for x in whole.provider_details)
     assert held > 3000 and whole.kind is OutcomeKind.FINAL_TEXT
     for cap, ok in ((held - 1, False), (held, True), (held + 1, True)):
         for _, chunks in chunkings(body):
@@ -216,7 +220,8 @@ def test_open_blocks_an_adapter_holds_count_against_the_continuation_bytes() -> 
         out = decode("anthropic", chunks, Limits(max_continuation_bytes=4000))
         assert out.kind is OutcomeKind.FAILED
         assert out.stop_reason == "limit exceeded: max_continuation_bytes=4000"
-        assert decode("anthropic", chunks, Limits(max_continuation_bytes=9000)).kind is (
+        # 8 x 1000 bytes of thought, and each block's head (its JSON and its 5 nodes).
+        assert decode("anthropic", chunks, Limits(max_continuation_bytes=11000)).kind is (
             OutcomeKind.TRUNCATED
         )
 

@@ -41,6 +41,7 @@ from .events import (
     TextDelta,
     UsageReport,
 )
+from .footprint import footprint
 from .limits import DEFAULT_LIMITS, Limits
 from .outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
 from .sse import SSEDecoder, SSEEvent
@@ -162,12 +163,14 @@ class TurnAssembler:
             self._details.append(ev)
 
     def _keep(self, ev: ContinuationItem | ProviderDetail) -> None:
-        """Count a held item's bytes (as the outcome will encode it) against the cap."""
+        """Count a held item against the cap: its bytes as the outcome will encode it,
+        and its nodes (see ``footprint``)."""
         try:
             size = len(_encode(ev))
         except Exception:  # (not encodable as it stands: count its text form instead)
             size = len(repr(ev))
-        self._kept += size
+        value = ev.item if isinstance(ev, ContinuationItem) else ev.data
+        self._kept += footprint(value, size, self._limits.max_continuation_bytes - self._kept)
         if self._kept > self._limits.max_continuation_bytes:
             raise LimitExceeded("max_continuation_bytes", self._limits.max_continuation_bytes)
 

@@ -48,8 +48,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_continuation_items: int = 1024
     # Their bytes (JSON), with the provider details kept beside them (parts and blocks
     # the adapter does not read, such as Gemini inlineData): a count alone would let 1024
-    # items of an event's size each be held. Encrypted reasoning and signatures are
-    # kilobytes; 16 MiB matches the text cap.
+    # items of an event's size each be held. Each value and key in them is charged 48
+    # bytes more (core.footprint: decoded, `[]` holds 30 times its JSON). Encrypted
+    # reasoning and signatures are kilobytes; 16 MiB matches the text cap.
     max_continuation_bytes: int = 16 * _MiB
     # Body bytes of one response, framing included. Memory is bounded by the caps above;
     # this bounds the work: a stream that never ends (keep-alive comments, padding,
