@@ -191,3 +191,47 @@ def test_a_stream_that_is_only_a_partial_bom_is_capped_like_any_other_line(
     with pytest.raises(SSELineTooLong) as caught:
         decoder.close()
     _assert_poisoned(decoder, caught.value)
+
+
+def _held_while_pending(chunks: list[bytes], collect: bool = False) -> int:
+    """Bytes the decoder holds after ``chunks`` (an event still pending), the chunks'
+    own memory excluded."""
+    decoder = SSEDecoder(collect_unframed=collect)
+    tracemalloc.start()
+    try:
+        for chunk in chunks:
+            assert decoder.feed(chunk) == []
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return held
+
+
+@pytest.mark.parametrize("collect", [False, True], ids=["data lines", "unframed lines"])
+def test_an_event_of_many_short_lines_is_held_near_what_its_cap_counts(collect: bool) -> None:
+    # Each line was its own object until the dispatch: ~40 bytes beside a 2-byte value
+    # (~250 for a line gathered across chunks), while max_event_bytes counts 3 per line.
+    n = 20_000
+    line = b"xy\n" if collect else b"data: xy\n"
+    body = line * n
+    counted = 3 * n  # what the cap counts: each value and its line end
+    for how, chunks in chunkings(body):
+        held = _held_while_pending(chunks, collect)
+        assert held <= 3 * counted, (how, held, counted)
+        events, error = _run([*chunks, b"\n"], collect=collect)
+        assert error is None
+        [event] = events
+        assert bytes(event.data) == b"\n".join([b"xy"] * n), how
+        assert event.unframed is collect
+
+
+def test_packed_runs_keep_every_line_and_a_long_line_stays_a_view() -> None:
+    # Runs of short lines around long ones (which are never copied into a run).
+    long = b"L" * 40_000
+    values = [b"%d" % i for i in range(150)] + [long] + [b"y"] * 130 + [long, b"", b"z"]
+    body = b"".join(b"data: " + v + b"\n" for v in values) + b"\n"
+    for how, chunks in chunkings(body):
+        events, error = _run(chunks)
+        assert error is None
+        [event] = events
+        assert bytes(event.data) == b"\n".join(values), how

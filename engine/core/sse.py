@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from array import array
 from itertools import repeat
-from typing import cast
+from typing import TypeVar, cast
 
 import msgspec
 
@@ -63,6 +63,27 @@ _LINE_TYPES: dict[bytes, str] = {}  # the same, keyed by the whole `event: <name
 # An event's data: bytes, or a read-only view of the buffer a line that spanned
 # several chunks was gathered in (every bytes-like consumer, msgspec included, takes it).
 SSEData = bytes | memoryview
+
+# The lines of one event are joined at its dispatch; until then each is its own object,
+# about 40 bytes beside its value (a view of a line gathered over several chunks, about
+# 250), while the cap counts only the value and its line end. So an event of many short
+# lines held up to 40 times `max_event_bytes`. Every run of this many lines is joined as
+# it completes when it is short (a long line's overhead is small, and a long line kept
+# as a view of its buffer stays held once): the same bytes at dispatch, since a run is
+# joined with the same "\n" the dispatch puts between lines.
+_PACK_RUN = 64
+_PACK_BYTES = 16 * 1024
+_Line = TypeVar("_Line", bytes, SSEData)  # an unframed line, or a data line's value
+
+
+def _pack(parts: list[_Line], packed: int) -> int:
+    """Join the run after the first ``packed`` entries of ``parts`` when it is short;
+    returns how many leading entries are now settled (never looked at again)."""
+    run = parts[packed:]
+    if sum(map(len, run)) <= _PACK_BYTES:
+        parts[packed:] = [b"\n".join(run)]
+        return packed + 1
+    return len(parts)
 
 
 class SSEEvent(msgspec.Struct, frozen=True, gc=False):
@@ -118,6 +139,7 @@ class SSEDecoder:
         "_cr",
         "_data",
         "_data_len",
+        "_data_packed",
         "_dirty",
         "_error",
         "_head",
@@ -134,6 +156,7 @@ class SSEDecoder:
         "_type",
         "_unframed",
         "_unframed_len",
+        "_unframed_packed",
     )
 
     def __init__(self, limits: Limits = DEFAULT_LIMITS, *, collect_unframed: bool = False) -> None:
@@ -164,10 +187,12 @@ class SSEDecoder:
         self._dirty = False
         self._data: list[SSEData] = []
         self._data_len = 0
+        self._data_packed = 0  # leading entries of `_data` that are packed runs (_pack)
         self._type = ""
         self._retry: int | None = None
         self._unframed: list[bytes] = []
         self._unframed_len = 0
+        self._unframed_packed = 0
         self._last_id: str | None = None  # per spec it outlives the event that set it
 
     def feed(self, data: bytes) -> list[SSEEvent]:
@@ -604,20 +629,26 @@ class SSEDecoder:
             self._add_unframed(line)
 
     def _add_data(self, value: SSEData) -> None:
-        size = self._data_len + len(value) + (1 if self._data else 0)
+        data = self._data
+        size = self._data_len + len(value) + (1 if data else 0)
         if size > self._max_event:
             raise SSEEventTooLarge("max_event_bytes", self._max_event)
-        self._data.append(value)
+        data.append(value)
         self._data_len = size
         self._dirty = True
+        if len(data) - self._data_packed >= _PACK_RUN:
+            self._data_packed = _pack(data, self._data_packed)
 
     def _add_unframed(self, line: bytes) -> None:
-        size = self._unframed_len + len(line) + (1 if self._unframed else 0)
+        lines = self._unframed
+        size = self._unframed_len + len(line) + (1 if lines else 0)
         if size > self._max_event:
             raise SSEEventTooLarge("max_event_bytes", self._max_event, "unframed text")
-        self._unframed.append(line)
+        lines.append(line)
         self._unframed_len = size
         self._dirty = True
+        if len(lines) - self._unframed_packed >= _PACK_RUN:
+            self._unframed_packed = _pack(lines, self._unframed_packed)
 
     @staticmethod
     def _is_unframed(line: bytes) -> bool:
@@ -639,7 +670,9 @@ class SSEDecoder:
         self._dirty = False
         self._data = []
         self._data_len = 0
+        self._data_packed = 0
         self._type = ""
         self._retry = None
         self._unframed = []
         self._unframed_len = 0
+        self._unframed_packed = 0
