@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from callgate.engine.core.pieces import TextPieces
+
 __all__ = ["OTHER", "TEXT", "TOOL", "Block"]
 
 # Block kinds.
@@ -39,7 +41,7 @@ class Block:
         self.whole = whole
         self.nbytes = 0
         self.held = 0  # bytes charged to the stream's max_continuation_bytes
-        self.text: list[str] = []  # text_delta / thinking_delta pieces
+        self.text = TextPieces()  # text_delta / thinking_delta pieces
         self.signature: str | None = None  # the last signature_delta (it replaces, as in the SDK)
-        self.json: list[str] = []  # server_tool_use input pieces
+        self.json = TextPieces()  # server_tool_use input pieces
         self.citations: list[bytes] = []  # each citation's JSON bytes

@@ -16,6 +16,7 @@ Owns no engine event: ``openai_responses.py`` emits the text this says to read.
 from __future__ import annotations
 
 from callgate.engine.core.errors import StreamProtocolError
+from callgate.engine.core.pieces import TextPieces
 
 __all__ = ["TextParts"]
 
@@ -30,9 +31,9 @@ class TextParts:
     def __init__(self) -> None:
         # output_index -> item id (or None) of each message item at output_item.added.
         self._messages: dict[int, str | None] = {}
-        # Each part's delta texts: the same str objects the turn holds, so a list of
-        # references, not a second copy of the text.
-        self._streamed: dict[_Part, list[str]] = {}
+        # Each part's delta texts, to compare with its done text (in joined runs: one
+        # object per piece would hold short deltas at many times their size).
+        self._streamed: dict[_Part, TextPieces] = {}
         self._read: set[_Part] = set()  # parts whose done text was read
         self._unkeyed = False  # the stream indexes parts apart: no done text is read
 
@@ -58,9 +59,8 @@ class TextParts:
                     raise StreamProtocolError("openai_responses: text delta after a done text")
                 pieces = self._streamed.get(part)
                 if pieces is None:
-                    self._streamed[part] = [text]
-                else:
-                    pieces.append(text)
+                    self._streamed[part] = pieces = TextPieces()
+                pieces.add(text)
                 return
         # A delta that names no announced part: any part's done text could repeat it.
         if self._read:
@@ -85,7 +85,7 @@ class TextParts:
         return True
 
 
-def _repeats(pieces: list[str], text: str) -> bool:
+def _repeats(pieces: TextPieces, text: str) -> bool:
     """Whether ``text`` is exactly the pieces joined (compared in place, never joined)."""
     at = 0
     for piece in pieces:

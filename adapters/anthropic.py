@@ -59,6 +59,7 @@ from callgate.engine.core.outcome import (
     Usage,
     token_sum,
 )
+from callgate.engine.core.pieces import TextPieces
 from callgate.engine.core.sse import SSEEvent
 
 from . import _anthropic_wire as wire
@@ -366,7 +367,7 @@ class AnthropicStream:
             text = delta.text
             if text:
                 self._count_text(text)
-                block.text.append(text)
+                block.text.add(text)
                 out.append(TextDelta(text))
             return
         if isinstance(delta, InputJson) and delta.partial_json is not None:
@@ -428,11 +429,11 @@ class AnthropicStream:
         btype = str(item["type"])
         if block.text:
             field = "text" if block.kind == TEXT else "thinking"
-            item[field] = str(item.get(field) or "") + "".join(block.text)
+            item[field] = str(item.get(field) or "") + block.text.joined()
         if block.signature is not None:
             item["signature"] = block.signature
         if block.json:
-            raw = "".join(block.json)
+            raw = block.json.joined()
             try:
                 if raw:
                     item["input"] = JSON_DECODER.decode(raw)
@@ -453,13 +454,13 @@ class AnthropicStream:
         self._held -= block.held
         block.held = 0
         block.data = block.signature = None
-        block.text = block.json = []
+        block.text, block.json = TextPieces(), TextPieces()
         block.citations = []
         out.append(ContinuationItem(btype, index, item))
 
-    def _buffer(self, block: Block, piece: str, into: list[str]) -> None:
+    def _buffer(self, block: Block, piece: str, into: TextPieces) -> None:
         self._charge(block, piece)
-        into.append(piece)
+        into.add(piece)
 
     def _charge(self, block: Block, piece: str) -> None:
         size = utf8_len(piece)

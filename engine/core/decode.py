@@ -44,6 +44,7 @@ from .events import (
 from .footprint import footprint
 from .limits import DEFAULT_LIMITS, Limits
 from .outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome, Usage
+from .pieces import TextPieces
 from .sse import SSEDecoder, SSEEvent
 from .utf8 import utf8_len
 
@@ -82,8 +83,8 @@ class TurnAssembler:
         self._limits = limits
         self._max_text = limits.max_text_bytes
         self._calls = CallAccumulator(limits)
-        self._text: list[str] = []
-        self._refusal: list[str] = []
+        self._text = TextPieces()
+        self._refusal = TextPieces()
         self._text_size = 0
         self._response_id: str | None = None
         self._model: str | None = None
@@ -105,13 +106,13 @@ class TurnAssembler:
     def _on_run(self, ev: ArgumentsRun) -> None:
         self._calls.fragments(ev.indexes, ev.pieces)
 
-    def _add_text(self, target: list[str], text: str) -> None:
+    def _add_text(self, target: TextPieces, text: str) -> None:
         if not text:
             return  # an empty piece would hold a list slot that max_text_bytes never counts
         self._text_size += utf8_len(text)  # the cap counts bytes, as text is sent back
         if self._text_size > self._limits.max_text_bytes:
             raise LimitExceeded("max_text_bytes", self._limits.max_text_bytes)
-        target.append(text)
+        target.add(text)
 
     def _on_text(self, ev: TextDelta) -> None:
         self._add_text(self._text, ev.text)
@@ -193,8 +194,8 @@ class TurnAssembler:
             stop_reason=stop_reason,
             response_id=self._response_id,
             model=self._model,
-            text="".join(self._text),
-            refusal="".join(self._refusal),
+            text=self._text.joined(),
+            refusal=self._refusal.joined(),
             calls=calls,
             incomplete_calls=self._calls.incomplete("no done signal before the turn ended"),
             usage=self._usage,
