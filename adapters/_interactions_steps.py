@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from callgate.engine.core.pieces import TextPieces
+
 __all__ = ["CALL", "KINDS", "OTHER", "OUTPUT", "THOUGHT", "Step"]
 
 CALL: Final = 0
@@ -49,6 +51,6 @@ class Step:
         self.whole = False
         self.detail: dict[str, Any] | None = None
         self.signature: str | None = None
-        self.summary: list[str] = []
+        self.summary = TextPieces()
         self.nbytes = 0
         self.held = 0  # bytes charged to the stream's max_continuation_bytes

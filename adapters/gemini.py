@@ -66,6 +66,7 @@ from callgate.engine.core.outcome import (
     Usage,
     token_sum,
 )
+from callgate.engine.core.pieces import TextPieces
 from callgate.engine.core.sse import SSEEvent
 
 from ._gemini_echo import default_order, echo_parts
@@ -162,7 +163,7 @@ class GeminiStream:
         self._finish: str | None = None
         self._blocked: str | None = None
         self._vertex: StreamedArguments | None = None
-        self._thought: list[str] = []
+        self._thought = TextPieces()
         self._thought_pos = -1
         self._thought_bytes = 0
         # The parts in arrival order (see the module docstring), and the text run being
@@ -354,7 +355,7 @@ class GeminiStream:
                     self._limits.max_call_argument_bytes,
                     "gemini thought",
                 )
-            self._thought.append(text)
+            self._thought.add(text)
         if sig:
             # The signature closes the merged thought: it belongs on that part.
             self._flush_thought(out, sig)
@@ -362,11 +363,11 @@ class GeminiStream:
     def _flush_thought(self, out: list[EngineEvent], sig: str | None = None) -> None:
         if self._thought_pos < 0:
             return
-        item: dict[str, Any] = {"text": "".join(self._thought), "thought": True}
+        item: dict[str, Any] = {"text": self._thought.joined(), "thought": True}
         if sig:
             item["thoughtSignature"] = sig
         pos = self._thought_pos
-        self._thought = []
+        self._thought = TextPieces()
         self._thought_pos = -1
         self._thought_bytes = 0
         self._item(out, "thought", pos, item)

@@ -65,6 +65,7 @@ from callgate.engine.core.events import (
 from callgate.engine.core.footprint import footprint
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProposedCall, TurnOutcome
+from callgate.engine.core.pieces import TextPieces
 from callgate.engine.core.sse import SSEEvent
 
 from . import _interactions_wire as wire
@@ -473,8 +474,8 @@ class GeminiInteractionsStream:
             if step.signature:
                 item["signature"] = step.signature
             if step.summary:
-                item["summary"] = [{"type": "text", "text": "".join(step.summary)}]
-            step.summary = []
+                item["summary"] = [{"type": "text", "text": step.summary.joined()}]
+            step.summary = TextPieces()
             return [ContinuationItem("thought", index, item)]
         if kind == OTHER or step.detail is not None:
             detail, step.detail = step.detail, None
@@ -510,7 +511,7 @@ class GeminiInteractionsStream:
                 self._limits.max_call_argument_bytes,
                 "interactions thought summary",
             )
-        step.summary.append(text)
+        step.summary.add(text)
 
 
 # --- encode side ---------------------------------------------------------------------------

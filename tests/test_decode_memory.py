@@ -6,6 +6,7 @@ event and view alive together); a long chunk is now decoded in slices.
 
 from __future__ import annotations
 
+import json
 import tracemalloc
 
 import pytest
@@ -52,3 +53,22 @@ def test_text_streamed_in_short_pieces_is_not_held_piece_by_piece(provider: str)
     outcome, peak = _peak(provider, [body[i : i + 65536] for i in range(0, len(body), 65536)])
     assert outcome.text == text
     assert peak <= 7 * len(text), peak / len(text)
+
+
+def test_a_gemini_thought_streamed_in_short_pieces_is_held_in_runs() -> None:
+    # The merged thought an echo sends back, kept by the adapter until the thought ends.
+    def chunk(part: dict[str, object], finish: str | None = None) -> bytes:
+        cand: dict[str, object] = {"content": {"role": "model", "parts": [part]}}
+        if finish:
+            cand["finishReason"] = finish
+        return (
+            b"data: " + json.dumps({"candidates": [cand], "responseId": "r"}).encode() + b"\r\n\r\n"
+        )
+
+    n = 64 * 1024
+    body = b"".join(chunk({"text": "abcd", "thought": True}) for _ in range(n))
+    body += chunk({"text": "ok"}, "STOP")
+    outcome, peak = _peak("gemini", [body[i : i + 65536] for i in range(0, len(body), 65536)])
+    [thought] = outcome.continuation
+    assert thought.item["text"] == "abcd" * n and outcome.text == "ok"
+    assert peak <= 7 * 4 * n, peak / (4 * n)
