@@ -35,6 +35,10 @@ class TextPieces:
     def __bool__(self) -> bool:
         return bool(self._pieces or self._runs)
 
+    def __len__(self) -> int:
+        """How many ``str`` objects hold the text (its runs and the pieces since)."""
+        return len(self._runs) + len(self._pieces)
+
     def __iter__(self) -> Iterator[str]:
         """The text in order, as runs and pieces (to compare it without joining it)."""
         return chain(self._runs, self._pieces)
