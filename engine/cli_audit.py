@@ -8,7 +8,8 @@ several operations holds several chains: ``--operation ID`` verifies one of them
 
 It owns: reading the file line by line (memory stays flat for one chain), mapping record
 positions back to line numbers, the host secret from an environment variable, and the
-result lines and exit statuses (0 intact, 1 broken, 2 unusable input).
+result lines and exit statuses (0 intact, 1 broken or without a single record, 2 unusable
+input).
 
 It must never print a record's content or the secret: only positions, line numbers, digests
 and ``verify_trail``'s reasons (which never quote data).
@@ -182,7 +183,8 @@ def verify_file(
 ) -> list[ChainReport]:
     """Verify the trail in ``handle``: one report for the whole file (or for
     ``operation_id``'s records), or with ``by_operation`` one per operation in order of
-    first appearance (a line that names no operation is a failed report of its own)."""
+    first appearance (a line that names no operation is a failed report of its own). A
+    file without records fails (one report), unless ``expected_head`` is ``GENESIS``."""
     lines = _numbered(handle)
     if not by_operation:
         only = None if operation_id is None else _Only(lines, operation_id)
@@ -208,6 +210,8 @@ def verify_file(
                     reason=f"no record in the file belongs to operation {operation_id!r}",
                 )
             ]
+        if report.ok and report.records == 0 and expected_head is None:
+            return [_no_records()]
         return [report]
     groups: dict[str, list[tuple[int, bytes]]] = {}
     for number, raw in lines:
@@ -215,10 +219,27 @@ def verify_file(
         if found is None:
             return [_unattributable(number)]
         groups.setdefault(found, []).append((number, raw))
+    if not groups:
+        return [_no_records()]
     return [
         _verify_chain(group, operation_id=op, secret=secret, expected_head=None)
         for op, group in groups.items()
     ]
+
+
+def _no_records() -> ChainReport:
+    """A trail without a single record (an empty file, or blank lines only): "ok: 0
+    records" would pass a trail that lost everything, or the wrong file. Only a head kept
+    elsewhere can say a trail is meant to be empty (``--expected-head`` of the start of a
+    chain, ``GENESIS``: ``verify_trail`` checks that)."""
+    return ChainReport(
+        operation_id=None,
+        ok=False,
+        records=0,
+        head=None,
+        reason="no records: the file is empty or holds only blank lines, and a trail "
+        "without records proves nothing",
+    )
 
 
 def _unattributable(line: int) -> ChainReport:
@@ -327,7 +348,8 @@ def add_audit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p = asub.add_parser(
         "verify",
         help="check a JSON-lines trail's hash chain",
-        description="Check a JSON-lines audit trail and name the first broken record.",
+        description="Check a JSON-lines audit trail and name the first broken record (a "
+        "file without records fails: it proves nothing).",
     )
     p.add_argument("file", metavar="FILE")
     p.add_argument(
