@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import msgspec
-import orjson
 
+from .cli_output import say_json, say_line, say_lines, warn
 from .core.audit import VerifyReport, escape_controls, verify_trail
 
 __all__ = [
@@ -312,7 +311,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CliFailure(f"cannot read {args.file}: {exc.strerror}", 2) from None
     except CliFailure as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        warn(f"{prog}: {exc}")
         return exc.status
     ok = all(r.ok for r in reports)
     if args.json:
@@ -321,35 +320,57 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             out["operations"] = [_report_json(r) for r in reports]
         else:
             out.update(_report_json(reports[0]))
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        say_json(out)
         return 0 if ok else 1
     if not args.by_operation:
         (report,) = reports
-        print(report.describe())
+        say_line(report.describe())
         if not report.ok and args.operation is None and _several_operations(args.file, report):
-            print(
+            warn(
                 f"{prog}: this file holds several operations' trails (each is its own "
-                "chain): verify one with --operation ID, or all with --by-operation",
-                file=sys.stderr,
+                "chain): verify one with --operation ID, or all with --by-operation"
             )
         return 0 if report.ok else 1
     total = sum(r.records for r in reports)
-    if ok:
-        print(f"ok: {total} records in {len(reports)} operations")
-    for r in reports:
-        print(f"{_shown(r.operation_id) if r.operation_id else '-'}: {r.describe()}")
+    lines = [f"ok: {total} records in {len(reports)} operations"] if ok else []
+    # (One line per operation: an id is outside text, so each is escaped whole.)
+    lines += [
+        f"{_shown(r.operation_id) if r.operation_id else '-'}: {r.describe()}" for r in reports
+    ]
+    say_lines(lines)
     return 0 if ok else 1
+
+
+_VERIFY_TEXT = """\
+Check a JSON-lines audit trail (what Runner(audit=...) writes) and name the first
+record that does not fit its hash chain, with its line number. A file shared by
+several operations holds one chain each: --operation ID checks one, --by-operation
+all. A file without a single record fails: it proves nothing (an --expected-head of
+64 zeros, the start of a chain, says it is meant to be empty)."""
+
+_VERIFY_STATUSES = """\
+exit status:
+  0  intact
+  1  broken, or no records
+  2  unusable input (an unreadable file, a line over 64 MiB, a bad option), or the
+     answer could not be written to standard output"""
 
 
 def add_audit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``audit verify`` on the top-level subparsers."""
-    audit = sub.add_parser("audit", help="verify a tamper-evident audit trail")
+    audit = sub.add_parser(
+        "audit",
+        help="verify a tamper-evident audit trail",
+        description="Verify a tamper-evident audit trail (JSON lines, hash-chained).",
+    )
     asub = audit.add_subparsers(dest="action", required=True, metavar="ACTION")
+    # Raw: laid out as written (the default formatter re-wraps it into one paragraph).
     p = asub.add_parser(
         "verify",
         help="check a JSON-lines trail's hash chain",
-        description="Check a JSON-lines audit trail and name the first broken record (a "
-        "file without records fails: it proves nothing).",
+        description=_VERIFY_TEXT,
+        epilog=_VERIFY_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", metavar="FILE")
     p.add_argument(
@@ -364,4 +385,4 @@ def add_audit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     scope.add_argument("--operation", metavar="ID", help="verify only this operation's chain")
     scope.add_argument("--by-operation", action="store_true", help="verify every operation's chain")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=_cmd_verify)
+    p.set_defaults(func=_cmd_verify, command_name="callgate audit verify")
