@@ -10,25 +10,38 @@
     callgate demo …                                         the end-to-end demo (runtime.demo)
 
 This module owns the parser and the stream commands; the store and audit commands live in
-``cli_admin``/``cli_audit``. Only here may ``callgate.adapters`` be reached, and only by
-provider name.
+``cli_admin`` (``cli_resume`` for resume, ``cli_views`` for what they print) and
+``cli_audit``. Everything a command writes goes through ``cli_output``: human-readable
+lines made safe for a terminal, and a failed write of an answer told apart from every
+other failure (``main`` maps it to its exit status). Only here may ``callgate.adapters`` be
+reached, and only by provider name.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import msgspec
-import orjson
-
 from .cli_admin import add_admin_commands
 from .cli_audit import add_audit_commands
+from .cli_errors import innermost
+from .cli_output import (
+    ANSWER_LOST,
+    BROKEN_PIPE,
+    UNWRITABLE,
+    AnswerLost,
+    CliParser,
+    OutputFailed,
+    output_failure,
+    say,
+    say_json,
+    say_line,
+    warn,
+)
 from .core.adapter import PROVIDERS, load_adapter
 from .core.decode import StreamDecoder, decode
 from .core.outcome import TurnOutcome
@@ -71,16 +84,6 @@ _READ_SIZE = 64 * 1024
 _MAX_CHUNK = 64 * 1024 * 1024
 
 
-def _json_line(value: object) -> str:
-    """One JSON line; orjson, unless a value is beyond it (an integer past 64 bits in a
-    call's arguments): msgspec encodes integers of any size."""
-    try:
-        data = orjson.dumps(value)
-    except TypeError:
-        data = msgspec.json.encode(value)
-    return data.decode() + "\n"
-
-
 def _decode_stream(provider: str, stream: BinaryIO, size: int) -> TurnOutcome:
     """Read ``stream`` in ``size``-byte chunks into the bounded decoder, and stop reading
     once the decoder has failed (a cap): memory stays bounded even for an endless input."""
@@ -96,22 +99,22 @@ def _decode_stream(provider: str, stream: BinaryIO, size: int) -> TurnOutcome:
 def _cmd_decode(args: argparse.Namespace) -> int:
     if args.chunk_size is not None and not 1 <= args.chunk_size <= _MAX_CHUNK:
         # (A read of that size is allocated up front: an unbounded one would fail late.)
-        print(f"callgate decode: --chunk-size must be 1 to {_MAX_CHUNK}", file=sys.stderr)
+        warn(f"callgate decode: --chunk-size must be 1 to {_MAX_CHUNK}")
         return 2
     size: int = args.chunk_size or _READ_SIZE
     try:
         if args.file == "-":
             if sys.stdin is None:
-                print("callgate decode: standard input is closed", file=sys.stderr)
+                warn("callgate decode: standard input is closed")
                 return 2
             outcome = _decode_stream(args.provider, sys.stdin.buffer, size)
         else:
             with Path(args.file).open("rb") as stream:
                 outcome = _decode_stream(args.provider, stream, size)
     except OSError as exc:
-        print(f"callgate decode: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        warn(f"callgate decode: cannot read {args.file}: {exc.strerror}")
         return 2
-    sys.stdout.write(_json_line(outcome_json(outcome)))
+    say_json(outcome_json(outcome))
     return 0
 
 
@@ -130,21 +133,19 @@ def fixture_lines(root: Path) -> Iterator[str]:
 def _cmd_fixtures(args: argparse.Namespace) -> int:
     root = Path(args.dir)
     if not root.is_dir():
-        print(f"callgate fixtures: no such directory {root}", file=sys.stderr)
+        warn(f"callgate fixtures: no such directory {root}")
         return 2
     try:
         for line in fixture_lines(root):
-            print(line)
-    except BrokenPipeError:
-        raise  # the reader went away (``| head``): main() ends quietly
+            say_line(line)  # (a file name is outside text: one line, escaped)
     except OSError as exc:  # e.g. a directory named like a stream (x.sse/)
-        print(f"callgate fixtures: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        warn(f"callgate fixtures: cannot read {exc.filename}: {exc.strerror}")
         return 2
     return 0
 
 
 def _cmd_states(args: argparse.Namespace) -> int:
-    sys.stdout.write(mermaid_diagram())
+    say(mermaid_diagram().removesuffix("\n"))
     return 0
 
 
@@ -158,30 +159,71 @@ def _cmd_demo(args: argparse.Namespace, extra: Sequence[str]) -> int:
     except ModuleNotFoundError as exc:
         if exc.name != _DEMO_MODULE:
             raise
-        print(f"callgate demo: not available ({_DEMO_MODULE} is not installed)", file=sys.stderr)
+        warn(f"callgate demo: not available ({_DEMO_MODULE} is not installed)")
         return 2
     summary = (demo.__doc__ or "the end-to-end demo").strip().splitlines()[0]
-    parser = argparse.ArgumentParser(prog="callgate demo", description=summary)
+    parser = CliParser(prog="callgate demo", description=summary)
     demo.add_demo_arguments(parser)
     code = demo.run_demo(parser.parse_args(list(extra)))
     return int(code)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="callgate", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+_DESCRIPTION = """\
+callgate: the host-side control plane for LLM tool calling (the model proposes,
+the host decides), from the command line.
 
-    p = sub.add_parser("decode", help="decode a captured SSE body into its turn outcome")
+  decode --provider NAME FILE        decode a captured SSE body into its outcome
+  fixtures [DIR]                     decode every recorded stream, one line each
+  states                             the operation state diagram (Mermaid)
+  approvals list|show|approve|deny   decide the calls paused for a human
+  operations list|show|resume        inspect operations; resume a paused one
+  audit verify FILE                  check an audit trail's hash chain
+  demo                               the end-to-end demo (callgate demo -h)
+
+Each command's -h tells its options and its exit statuses."""
+
+_EPILOG = f"""\
+exit status:
+  0    done
+  1    refused (store, record, secret), or a broken audit trail
+  2    usage error; or a command that changed nothing could not write its answer
+  {ANSWER_LOST}    something was recorded (a decision, a resumed operation), but its
+       answer could not be written to standard output
+  {BROKEN_PIPE}  the reader of standard output went away (| head)
+  operations resume has more (see callgate operations resume -h)"""
+
+
+def _parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_text: str
+) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help_text, description=help_text[:1].upper() + help_text[1:])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Raw: the command list and the exit statuses are laid out as written (the default
+    # formatter re-wraps a description into one paragraph; the first line of this
+    # module's docstring, used before, ended mid-sentence).
+    parser: argparse.ArgumentParser = CliParser(
+        prog="callgate",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = _parser(sub, "decode", "decode a captured SSE body into its turn outcome (JSON)")
     p.add_argument("--provider", required=True, choices=PROVIDERS)
-    p.add_argument("--chunk-size", type=int, default=None, help="feed the body in N-byte chunks")
+    p.add_argument(
+        "--chunk-size", type=int, default=None, metavar="N", help="feed the body in N-byte chunks"
+    )
     p.add_argument("file", help="path to the SSE body, or - for standard input")
     p.set_defaults(func=_cmd_decode)
 
-    p = sub.add_parser("fixtures", help="decode every recorded fixture, one line each")
+    p = _parser(sub, "fixtures", "decode every recorded fixture, one line each")
     p.add_argument("dir", nargs="?", default="tests/fixtures")
     p.set_defaults(func=_cmd_fixtures)
 
-    p = sub.add_parser("states", help="print the operation state diagram (Mermaid)")
+    p = _parser(sub, "states", "print the operation state diagram (Mermaid)")
     p.set_defaults(func=_cmd_states)
 
     add_admin_commands(sub)
@@ -196,17 +238,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _prog(args: argparse.Namespace | None) -> str:
+    if args is None:
+        return "callgate"
+    name = getattr(args, "command_name", None)
+    return name if isinstance(name, str) else f"callgate {args.command}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if sys.stdout is None:
-        # Started with stdout closed (``>&-``): every command's answer would be lost, and
-        # ``approvals approve --json`` failed only after its decision was recorded. Refuse
-        # before anything is done.
-        if sys.stderr is not None:
-            print("callgate: standard output is closed; nothing was done", file=sys.stderr)
-        return 2
+    args: argparse.Namespace | None = None
     try:
+        args, extra = parser.parse_known_args(argv)  # (-h writes its answer here)
+        if sys.stdout is None:
+            # Started with stdout closed (``>&-``): every command's answer would be lost,
+            # and ``approvals approve --json`` failed only after its decision was
+            # recorded. Refuse before anything is done.
+            warn("callgate: standard output is closed; nothing was done")
+            return UNWRITABLE
         if args.command == "demo":
             return _cmd_demo(args, extra)
         if extra:
@@ -214,12 +263,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        # The reader went away (``callgate approvals list | head``): not an error of ours.
-        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 141
+    except Exception as exc:
+        # A failed write of the answer (cli_output): said as such, never as the store's
+        # or a file's error; a reader that went away is no error of ours. (A task group
+        # may wrap it.)
+        inner = innermost(exc)
+        if isinstance(inner, OutputFailed | AnswerLost):
+            return output_failure(_prog(args), inner)
+        if isinstance(inner, BrokenPipeError):  # (the demo's own prints)
+            return output_failure(_prog(args), OutputFailed(inner))
+        raise
     return code
 
 

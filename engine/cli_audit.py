@@ -8,7 +8,8 @@ several operations holds several chains: ``--operation ID`` verifies one of them
 
 It owns: reading the file line by line (memory stays flat for one chain), mapping record
 positions back to line numbers, the host secret from an environment variable, and the
-result lines and exit statuses (0 intact, 1 broken, 2 unusable input).
+result lines and exit statuses (0 intact, 1 broken or without a single record, 2 unusable
+input).
 
 It must never print a record's content or the secret: only positions, line numbers, digests
 and ``verify_trail``'s reasons (which never quote data).
@@ -19,13 +20,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import msgspec
-import orjson
 
+from .cli_output import say_json, say_line, say_lines, warn
 from .core.audit import VerifyReport, escape_controls, verify_trail
 
 __all__ = [
@@ -182,7 +182,8 @@ def verify_file(
 ) -> list[ChainReport]:
     """Verify the trail in ``handle``: one report for the whole file (or for
     ``operation_id``'s records), or with ``by_operation`` one per operation in order of
-    first appearance (a line that names no operation is a failed report of its own)."""
+    first appearance (a line that names no operation is a failed report of its own). A
+    file without records fails (one report), unless ``expected_head`` is ``GENESIS``."""
     lines = _numbered(handle)
     if not by_operation:
         only = None if operation_id is None else _Only(lines, operation_id)
@@ -208,6 +209,8 @@ def verify_file(
                     reason=f"no record in the file belongs to operation {operation_id!r}",
                 )
             ]
+        if report.ok and report.records == 0 and expected_head is None:
+            return [_no_records()]
         return [report]
     groups: dict[str, list[tuple[int, bytes]]] = {}
     for number, raw in lines:
@@ -215,10 +218,27 @@ def verify_file(
         if found is None:
             return [_unattributable(number)]
         groups.setdefault(found, []).append((number, raw))
+    if not groups:
+        return [_no_records()]
     return [
         _verify_chain(group, operation_id=op, secret=secret, expected_head=None)
         for op, group in groups.items()
     ]
+
+
+def _no_records() -> ChainReport:
+    """A trail without a single record (an empty file, or blank lines only): "ok: 0
+    records" would pass a trail that lost everything, or the wrong file. Only a head kept
+    elsewhere can say a trail is meant to be empty (``--expected-head`` of the start of a
+    chain, ``GENESIS``: ``verify_trail`` checks that)."""
+    return ChainReport(
+        operation_id=None,
+        ok=False,
+        records=0,
+        head=None,
+        reason="no records: the file is empty or holds only blank lines, and a trail "
+        "without records proves nothing",
+    )
 
 
 def _unattributable(line: int) -> ChainReport:
@@ -291,7 +311,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CliFailure(f"cannot read {args.file}: {exc.strerror}", 2) from None
     except CliFailure as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        warn(f"{prog}: {exc}")
         return exc.status
     ok = all(r.ok for r in reports)
     if args.json:
@@ -300,34 +320,57 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             out["operations"] = [_report_json(r) for r in reports]
         else:
             out.update(_report_json(reports[0]))
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        say_json(out)
         return 0 if ok else 1
     if not args.by_operation:
         (report,) = reports
-        print(report.describe())
+        say_line(report.describe())
         if not report.ok and args.operation is None and _several_operations(args.file, report):
-            print(
+            warn(
                 f"{prog}: this file holds several operations' trails (each is its own "
-                "chain): verify one with --operation ID, or all with --by-operation",
-                file=sys.stderr,
+                "chain): verify one with --operation ID, or all with --by-operation"
             )
         return 0 if report.ok else 1
     total = sum(r.records for r in reports)
-    if ok:
-        print(f"ok: {total} records in {len(reports)} operations")
-    for r in reports:
-        print(f"{_shown(r.operation_id) if r.operation_id else '-'}: {r.describe()}")
+    lines = [f"ok: {total} records in {len(reports)} operations"] if ok else []
+    # (One line per operation: an id is outside text, so each is escaped whole.)
+    lines += [
+        f"{_shown(r.operation_id) if r.operation_id else '-'}: {r.describe()}" for r in reports
+    ]
+    say_lines(lines)
     return 0 if ok else 1
+
+
+_VERIFY_TEXT = """\
+Check a JSON-lines audit trail (what Runner(audit=...) writes) and name the first
+record that does not fit its hash chain, with its line number. A file shared by
+several operations holds one chain each: --operation ID checks one, --by-operation
+all. A file without a single record fails: it proves nothing (an --expected-head of
+64 zeros, the start of a chain, says it is meant to be empty)."""
+
+_VERIFY_STATUSES = """\
+exit status:
+  0  intact
+  1  broken, or no records
+  2  unusable input (an unreadable file, a line over 64 MiB, a bad option), or the
+     answer could not be written to standard output"""
 
 
 def add_audit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``audit verify`` on the top-level subparsers."""
-    audit = sub.add_parser("audit", help="verify a tamper-evident audit trail")
+    audit = sub.add_parser(
+        "audit",
+        help="verify a tamper-evident audit trail",
+        description="Verify a tamper-evident audit trail (JSON lines, hash-chained).",
+    )
     asub = audit.add_subparsers(dest="action", required=True, metavar="ACTION")
+    # Raw: laid out as written (the default formatter re-wraps it into one paragraph).
     p = asub.add_parser(
         "verify",
         help="check a JSON-lines trail's hash chain",
-        description="Check a JSON-lines audit trail and name the first broken record.",
+        description=_VERIFY_TEXT,
+        epilog=_VERIFY_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", metavar="FILE")
     p.add_argument(
@@ -342,4 +385,4 @@ def add_audit_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     scope.add_argument("--operation", metavar="ID", help="verify only this operation's chain")
     scope.add_argument("--by-operation", action="store_true", help="verify every operation's chain")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=_cmd_verify)
+    p.set_defaults(func=_cmd_verify, command_name="callgate audit verify")

@@ -350,7 +350,8 @@ async def test_resume_in_a_fresh_process_executes_exactly_once(
         )
         resume = ["operations", "resume", paused.operation_id]
         early = await _cli(*resume, "--registry", "tests.cli_tools:REGISTRY", env=env)
-        assert early.returncode == 0 and b"waiting_approval" in early.stdout
+        # Nothing could proceed: not 0 ("resumed and fine"), see tests/test_cli_resume.py.
+        assert early.returncode == 5 and b"waiting_approval" in early.stdout
         assert f"still waiting for approval: {approval_id}".encode() in early.stderr
         assert not effects.exists()  # nothing runs before a human decides
         assert (

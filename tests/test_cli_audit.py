@@ -174,7 +174,38 @@ def test_audit_verify_refuses_unusable_input(tmp_path: Path) -> None:
     assert both.returncode == 2 and "--operation" in both.stderr
     for bad in (short, upper):
         assert bad.returncode == 2 and "64 lowercase hex" in bad.stderr
-    assert (nothing.returncode, nothing.stdout) == (0, f"ok: 0 records, head {'0' * 64}\n")
+    assert nothing.returncode == 1 and nothing.stdout.startswith("no records")
+
+
+def test_a_trail_without_records_proves_nothing(tmp_path: Path) -> None:
+    # "ok: 0 records" passed an emptied trail (or the wrong, empty file).
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    blank = tmp_path / "blank.jsonl"
+    blank.write_bytes(b"\n  \n\t\r\n\n")  # blank lines only: no record either
+    genesis = "0" * 64
+    procs = run_all(
+        ["audit", "verify", str(empty)],
+        ["audit", "verify", str(blank)],
+        ["audit", "verify", str(blank), "--by-operation"],
+        ["audit", "verify", str(empty), "--json"],
+        ["audit", "verify", str(blank), "--by-operation", "--json"],
+        # A head kept elsewhere that is the start of a chain says the trail is empty.
+        ["audit", "verify", str(empty), "--expected-head", genesis],
+    )
+    *refused, plain_json, by_op_json, expected_empty = procs
+    for proc in refused:
+        assert proc.returncode == 1, proc.args
+        assert "no records: the file is empty or holds only blank lines" in proc.stdout
+    for proc in (plain_json, by_op_json):
+        assert proc.returncode == 1
+        out = json.loads(proc.stdout)
+        assert (out["ok"], out["records"]) == (False, 0)
+    assert json.loads(plain_json.stdout)["reason"].startswith("no records")
+    assert (expected_empty.returncode, expected_empty.stdout) == (
+        0,
+        f"ok: 0 records, head {genesis}\n",
+    )
 
 
 def test_audit_verify_never_prints_a_line_s_control_characters(tmp_path: Path) -> None:
