@@ -19,6 +19,7 @@ FAMILIES = ("openai_chat", "openai_responses", "anthropic", "gemini", "gemini_in
     params=[
         pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio"),
         pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+        pytest.param(("trio", {}), id="trio"),
     ]
 )
 def anyio_backend(request: pytest.FixtureRequest) -> object:

@@ -171,6 +171,22 @@ def test_a_failing_handler_marks_the_span_by_error_type_only() -> None:
     assert SECRET not in _everything(span)
 
 
+@pytest.mark.anyio
+async def test_a_cancelled_call_names_its_error_type_alike_on_every_backend() -> None:
+    # asyncio's CancelledError, trio's Cancelled: error.type said which loop ran it.
+    import anyio
+
+    provider = CapturingProvider()
+    with anyio.CancelScope() as scope:
+        with tool_span(tool="pay", call_id="c1", operation_id="op_1", tracer_provider=provider):
+            scope.cancel()
+            await anyio.sleep(1)
+    assert scope.cancelled_caught
+    (span,) = provider.spans
+    assert span.attributes["error.type"] == "cancelled"
+    assert span.status is not None and span.status.status_code is StatusCode.ERROR
+
+
 def test_an_error_outcome_sets_error_type_and_status() -> None:
     provider = CapturingProvider()
     with tool_span(

@@ -189,11 +189,13 @@ async def test_a_thread_running_past_its_deadline_keeps_its_token_until_it_retur
     assert threads.borrowed_tokens == 0
 
 
-def test_a_runner_reused_across_event_loops_keeps_its_tool_slots() -> None:
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_runner_reused_across_event_loops_keeps_its_tool_slots(backend: str) -> None:
     # A sync host calls anyio.run(runner.start, ...) per request with one runner. The
     # first run's timed-out thread outlived its loop, and the tool's slot, given back on
     # that dead loop, was lost for good: every later call of the tool waited out its
-    # operation's deadline.
+    # operation's deadline. (On trio every run shared one set of limiters, keyed by no
+    # loop, and lost the slot the same way.)
     from .loop_helpers import make_runner, turn
 
     release = threading.Event()
@@ -223,7 +225,7 @@ def test_a_runner_reused_across_event_loops_keeps_its_tool_slots() -> None:
                 result = await runner.start("go")
             return [c.status for c in result.calls]
 
-        assert anyio.run(go) == ["timeout"]  # its thread runs on past this loop
+        assert anyio.run(go, backend=backend) == ["timeout"]  # its thread outlives the loop
         release.set()
         time.sleep(0.2)  # that thread has returned, its loop long gone
-        assert anyio.run(go) == ["ok"]
+        assert anyio.run(go, backend=backend) == ["ok"]

@@ -398,6 +398,12 @@ async def _run_limited(
             # awaited a task someone else cancelled). Host code failing, answered as such;
             # let through, it would cancel the sibling calls mid-run.
             failure: BaseException | None = exc
+        except asyncio.CancelledError as exc:
+            # Reached only off asyncio (there the clause above took it): on trio, asyncio's
+            # CancelledError out of a handler (a library running its own asyncio loop in
+            # a sync handler) is no cancellation of this loop, just the handler failing,
+            # answered as on asyncio instead of ending the batch as a BaseExceptionGroup.
+            failure = exc
         except Exception as exc:  # the handler is host code; its failure is a result
             failure = exc
         else:

@@ -39,6 +39,7 @@ from callgate.engine.core.validation import (
 )
 from callgate.engine.store.base import OperationRecord, Store
 
+from .backends import failure_name, is_cancellation
 from .decisions import collect_decisions
 from .operation import (
     CallSummary,
@@ -361,10 +362,12 @@ class Runner:
         except BaseException as exc:
             asked = marks is not None and marks.asked_model
             if escalate or asked:
-                # (The type only: an exception's text may quote arguments or credentials.)
-                what = f"the drive raised {type(exc).__name__}"
+                # (The type only: an exception's text may quote arguments or credentials;
+                # a cancellation is worded alike on every backend, see backends.py.)
+                how = "was cancelled" if is_cancellation(exc) else f"raised {failure_name(exc)}"
+                what = f"the drive {how}"
                 if not escalate:
-                    what = f"the resumed drive raised {type(exc).__name__} after asking the model"
+                    what = f"the resumed drive {how} after asking the model"
                 stop = drive_failed(what)
                 await release(self, operation_id, token, exc, stop=stop, marks=marks)
             else:

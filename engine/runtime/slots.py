@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 __all__ = ["LoopLimiters", "Slots"]
@@ -152,26 +153,30 @@ class LoopLimiters:
     gives its slot back on that loop or not at all: one set shared across loops (a sync
     host calling ``anyio.run(runner.start, ...)`` per request with one runner) lost the
     tool's slot for good, and every later call of the tool waited out its operation's
-    deadline. A set goes with its loop."""
+    deadline. A set goes with its loop.
 
-    __slots__ = ("_by_loop", "_other")
+    The sets live in an anyio ``RunVar`` (scoped to the running event loop on every
+    backend): keyed by the asyncio loop, trio's runs all shared one fallback set and
+    lost slots the same way. Within a loop they are keyed weakly by the runner's
+    ``LoopLimiters``, so a runner dropped while its loop runs on takes its set along."""
 
-    def __init__(self) -> None:
-        self._by_loop: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[str, anyio.CapacityLimiter]
-        ] = weakref.WeakKeyDictionary()
-        self._other: dict[str, anyio.CapacityLimiter] = {}  # not asyncio (trio)
+    __slots__ = ("__weakref__",)
 
     def here(self) -> dict[str, anyio.CapacityLimiter]:
         """The running loop's set (created empty on first use)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return self._other
-        limiters = self._by_loop.get(loop)
+        sets = _LOOP_SETS.get()
+        if sets is None:
+            sets = weakref.WeakKeyDictionary()
+            _LOOP_SETS.set(sets)
+        limiters = sets.get(self)
         if limiters is None:
-            limiters = self._by_loop[loop] = {}
+            limiters = sets[self] = {}
         return limiters
+
+
+_LOOP_SETS: anyio.lowlevel.RunVar[
+    weakref.WeakKeyDictionary[LoopLimiters, dict[str, anyio.CapacityLimiter]] | None
+] = anyio.lowlevel.RunVar("callgate_tool_limiters", None)
 
 
 def _loop_scheduler() -> Callable[[Callable[[], None]], object] | None:

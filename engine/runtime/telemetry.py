@@ -21,6 +21,8 @@ from typing import Any
 from callgate.engine.core.audit import escape_controls, sanitize
 from callgate.engine.core.canonical import canonical_json
 
+from .backends import CANCELLED, is_cancellation
+
 try:
     from opentelemetry import trace as _trace
 
@@ -134,7 +136,9 @@ def tool_span(
         try:
             yield ToolSpan(span)
         except BaseException as exc:
-            # Type only: a message or traceback may quote an argument or a secret.
-            span.set_attribute(ATTR_ERROR_TYPE, type(exc).__qualname__)
+            # Type only: a message or traceback may quote an argument or a secret. A
+            # cancellation is "cancelled" on every backend (backends.py).
+            name = CANCELLED if is_cancellation(exc) else type(exc).__qualname__
+            span.set_attribute(ATTR_ERROR_TYPE, name)
             span.set_status(_trace.Status(_trace.StatusCode.ERROR))
             raise

@@ -24,6 +24,7 @@ Locking design (READ COMMITTED, PostgreSQL's default):
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 from collections.abc import Awaitable, Callable, Collection
@@ -138,6 +139,15 @@ class PostgresStore(rules.LedgerMoves, Store):
     async def start(self) -> None:
         if self._pool is not None:
             return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # asyncpg runs on asyncio only: on trio it failed deep inside its pool with a
+            # bare "no running event loop" RuntimeError.
+            raise ConfigError(
+                "the PostgreSQL store needs anyio's asyncio backend (asyncpg runs on "
+                "asyncio and uvloop only); on trio use the SQLite store"
+            ) from None
         asyncpg = _driver()
         settings = {"search_path": self.schema} if self.schema is not None else None
         try:
