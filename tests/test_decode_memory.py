@@ -13,6 +13,7 @@ import pytest
 
 from callgate.adapters.render import RenderCall, render_turn
 from callgate.engine import TurnOutcome, decode
+from callgate.engine.core.pieces import RUN, TextPieces
 
 from .conftest import FAMILIES
 
@@ -72,3 +73,17 @@ def test_a_gemini_thought_streamed_in_short_pieces_is_held_in_runs() -> None:
     [thought] = outcome.continuation
     assert thought.item["text"] == "abcd" * n and outcome.text == "ok"
     assert peak <= 7 * 4 * n, peak / (4 * n)
+
+
+def test_short_pieces_are_joined_and_long_ones_kept_as_they_are() -> None:
+    # Long pieces cost little apart, and the Responses adapter's done-text check holds the
+    # same str objects the turn does: joined, they would be a second copy of the text.
+    short = [f"{i:04d}" for i in range(RUN)]
+    long = [c * 1024 for c in "abcdefghijklmnopqrstuvwxyz0123456789"[: RUN // 2]] * 2
+    pieces = TextPieces()
+    for piece in [*short, *long, "tail"]:
+        pieces.add(piece)
+    held = list(pieces)
+    assert held[0] == "".join(short) and len(held) == 1 + len(long) + 1
+    assert all(a is b for a, b in zip(held[1:], [*long, "tail"], strict=True))
+    assert pieces.joined() == "".join([*short, *long, "tail"]) and len(pieces) == len(held)

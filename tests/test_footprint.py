@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import random
 import tracemalloc
 from typing import Any
 
@@ -164,3 +165,56 @@ def test_structure_an_adapter_holds_open_is_charged_for_its_nodes(provider: str)
     for how, chunks in chunkings(body[:cut]):
         out = decode(provider, chunks, Limits(max_continuation_bytes=CAP))
         assert out.stop_reason == f"limit exceeded: max_continuation_bytes={CAP}", how
+
+
+def _logprobs_turn(tokens: int, top: int) -> bytes:
+    """A Responses text turn asked for with ``include=["message.output_text.logprobs"]``
+    (each token's logprob with ``top`` alternatives: the SDK's ``Logprob`` shape), which
+    the adapter keeps whole in the message item for the echo."""
+    words = ["the", " answer", " is", ",", " data"]
+    toks = [words[i % len(words)] for i in range(tokens)]
+
+    def logprob(token: str, i: int) -> dict[str, Any]:
+        alternatives = [
+            {"token": w, "bytes": list(w.encode()), "logprob": -0.5 - j}
+            for j, w in enumerate((words * 8)[i % 5 : i % 5 + top])
+        ]
+        return {"token": token, "bytes": list(token.encode()), "logprob": -0.25,
+                "top_logprobs": alternatives}  # fmt: skip
+
+    lps = [logprob(t, i) for i, t in enumerate(toks)]
+    text = "".join(toks)
+    ids = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": lps}
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+            "content": [part]}  # fmt: skip
+    response = {"id": "resp_1", "object": "response", "status": "in_progress", "model": "m",
+                "output": []}  # fmt: skip
+    added = {**item, "status": "in_progress", "content": []}
+    return _sse([
+        ("response.created", {"type": "response.created", "response": response}),
+        ("response.output_item.added",
+         {"type": "response.output_item.added", "output_index": 0, "item": added}),
+        *(("response.output_text.delta",
+           {"type": "response.output_text.delta", **ids, "delta": t, "logprobs": [lp]})
+          for t, lp in zip(toks, lps, strict=True)),
+        ("response.output_item.done",
+         {"type": "response.output_item.done", "output_index": 0, "item": item}),
+        ("response.completed", {"type": "response.completed",
+                                "response": {**response, "status": "completed", "output": [item]}}),
+    ])  # fmt: skip
+
+
+def test_a_message_item_with_top_logprobs_fits_the_default_cap() -> None:
+    # Logprobs are structure: ~13 KB charged per token at top_logprobs=20 (what they hold,
+    # decoded). 1,500 such tokens (a 12 MB body) failed the first charge's 16 MiB default.
+    # (Not fed byte by byte: 12 MB; chunk invariance has its own tests.)
+    body = _logprobs_turn(1500, 20)
+    rng = random.Random(0)
+    cuts = sorted(rng.sample(range(1, len(body)), 400))
+    random_chunks = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    for chunks in ([body], random_chunks):
+        out = decode("openai_responses", chunks)
+        assert out.kind is OutcomeKind.FINAL_TEXT, out.stop_reason
+        [message] = out.continuation
+        assert len(message.item["content"][0]["logprobs"]) == 1500

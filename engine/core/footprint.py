@@ -9,8 +9,11 @@ cap. A kept value is therefore charged its JSON size plus ``NODE_BYTES`` for eve
 and key in it. Strings and numbers are charged as nodes too, but the characters inside a
 string are charged once, whatever they are: a long thought costs what it weighs, and
 punctuation in it costs nothing extra (counting brackets in the JSON text would charge
-every comma of prose). With this charge a kept value holds at most about twice what it
-is charged (``tests/test_footprint.py`` measures the hostile shapes).
+every comma of prose). With this charge structure and ASCII text hold at most about
+twice what they are charged (``tests/test_footprint.py`` measures the hostile shapes).
+A string with one character past U+00FF is held at 2 or 4 bytes per character, its
+ASCII too, while its JSON counts those at one: up to 4 times its charge, as with any
+text Python holds (``max_text_bytes`` counts UTF-8 bytes the same way).
 
 The walk that counts the nodes stops as soon as the charge passes the budget it is
 given, so a hostile value costs at most that budget's worth of nodes to refuse.

@@ -49,15 +49,17 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     # Their bytes (JSON), with the provider details kept beside them (parts and blocks
     # the adapter does not read, such as Gemini inlineData): a count alone would let 1024
     # items of an event's size each be held. Each value and key in them is charged 48
-    # bytes more (core.footprint: decoded, `[]` holds 30 times its JSON). Encrypted
-    # reasoning and signatures are kilobytes; 16 MiB matches the text cap.
-    max_continuation_bytes: int = 16 * _MiB
+    # bytes more (core.footprint: decoded, `[]` holds 30 times its JSON), so this is
+    # about the memory they hold. Encrypted reasoning and signatures are kilobytes, a
+    # server tool's results charge 1.1 to 3.5 times their JSON; a Responses message
+    # item with `top_logprobs=20` charges ~13 KB per token (~5,000 tokens fit).
+    max_continuation_bytes: int = 64 * _MiB
     # Body bytes of one response, framing included. Memory is bounded by the caps above;
     # this bounds the work: a stream that never ends (keep-alive comments, padding,
-    # empty deltas) stops here, not only at the deadline. The content caps together are
-    # 48 MiB, and the smallest fragments providers send (4 bytes of argument in ~110
-    # bytes of event) frame content about 28 times over: 1 GiB holds any response within
-    # the other caps.
+    # empty deltas) stops here, not only at the deadline. The streamed content caps
+    # (arguments, text) together are 32 MiB, and the smallest fragments providers send
+    # (4 bytes of argument in ~110 bytes of event) frame content about 28 times over;
+    # continuation items come whole: 1 GiB holds any response within the other caps.
     max_response_bytes: int = 1024 * _MiB
 
     def __post_init__(self) -> None:
