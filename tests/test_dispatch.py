@@ -300,7 +300,9 @@ async def test_per_tool_deadline_overshoot_stays_small(anyio_backend: Any) -> No
 
 
 @pytest.mark.anyio
-async def test_operation_deadline_cancels_running_calls_and_each_gets_a_result() -> None:
+async def test_operation_deadline_cancels_running_calls_and_each_gets_a_result(
+    anyio_backend: Any,
+) -> None:
     entered: list[str] = []
 
     async def slow(args: N, ctx: ToolContext) -> int:
@@ -341,7 +343,14 @@ async def test_operation_deadline_cancels_running_calls_and_each_gets_a_result()
     # may have happened: outcome_unknown, never a blind "timeout" that invites a retry.
     # (On a loaded machine the write may still wait for its slot at the deadline: then it
     # never started, and a plain timeout is the truth.)
-    assert statuses[0] == "timeout" and statuses[1] == "ok" and statuses[4] in ("ok", "timeout")
+    # Which two calls took the two slots first is proposal order on asyncio and uvloop;
+    # trio starts new tasks in a shuffled order on purpose (see the README), so there the
+    # fast call may have waited behind two slow ones and timed out without running.
+    fast_first = anyio_backend[0] != "trio"
+    assert statuses[0] == "timeout" and statuses[4] in ("ok", "timeout")
+    assert statuses[1] == "ok" if fast_first else statuses[1] in ("ok", "timeout")
+    if statuses[1] == "timeout":
+        assert not results[1].ran
     if "call_2" in entered:
         assert statuses[2] == "outcome_unknown"
         assert results[2].model_result["error"]["code"] == "outcome_unknown"

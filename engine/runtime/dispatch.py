@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import msgspec
 
 from callgate.engine.core.binding import BoundResult
@@ -143,19 +142,11 @@ async def execute_calls(
     # By position; None until the call got its limiter slots and began.
     started: list[_Began | None] = [None] * len(items)
     budget = remaining_seconds if math.isfinite(remaining_seconds) else None
-    # Each call's slots. Those free right now are taken here, in proposal order: a task
-    # taking its own would get them in the order the backend first runs the tasks (trio
-    # shuffles new tasks on purpose), and a later slow call could take the slot an
-    # earlier fast one was proposed for. Calls that must wait queue in their tasks.
-    slots = [_slots_of(item, ctx) for item in items]
-    for call_slots in slots:
-        call_slots.try_acquire()
     try:
         with anyio.move_on_after(budget):
             async with anyio.create_task_group() as tg:
                 for i, item in enumerate(items):
-                    run = functools.partial(_run_one, slots=slots[i])
-                    tg.start_soon(run, i, item, ctx, results, started)
+                    tg.start_soon(_run_one, i, item, ctx, results, started)
     except BaseExceptionGroup as group:
         # A call that raised (a store error, a host's progress sink) reaches the host as
         # itself, so ``except StoreUnavailable`` works and an escalated stop names the
@@ -164,11 +155,6 @@ async def execute_calls(
         if sole is None:
             raise
         raise sole from group
-    finally:
-        # A task that never began (it can be cancelled before its first step) has not
-        # given back the slots taken for it here; every task that began released its own.
-        for call_slots in slots:
-            call_slots.release_unclaimed()
     out: list[CallResult] = []
     for i, item in enumerate(items):
         result = results[i]
@@ -195,14 +181,6 @@ async def execute_calls(
                 result = ctx.seal(item, result)
         out.append(result)
     return out
-
-
-def _slots_of(item: Executable, ctx: DispatchContext) -> Slots:
-    tool_limiter = ctx.tool_limiter(item.spec)
-    # The tool's own slot first: a call queued behind its tool must not hold one of the
-    # batch's slots meanwhile (calls of a slow, limited tool would otherwise starve every
-    # other tool). Always tool -> batch, so no lock-order deadlock.
-    return Slots(ctx.limiter) if tool_limiter is None else Slots(tool_limiter, ctx.limiter)
 
 
 class _Began:
@@ -267,15 +245,15 @@ async def _run_one(
     ctx: DispatchContext,
     results: list[CallResult | None],
     started: list[_Began | None],
-    *,
-    slots: Slots,
 ) -> None:
+    spec = item.spec
+    tool_limiter = ctx.tool_limiter(spec)
+    # The tool's own slot first: a call queued behind its tool must not hold one of the
+    # batch's slots meanwhile (calls of a slow, limited tool would otherwise starve every
+    # other tool). Always tool -> batch, so no lock-order deadlock.
+    slots = Slots(ctx.limiter) if tool_limiter is None else Slots(tool_limiter, ctx.limiter)
+    await slots.acquire()
     try:
-        if slots.claim():  # taken for this call by execute_calls
-            # What acquire() checks first: a batch past its deadline runs no call.
-            await anyio.lowlevel.checkpoint_if_cancelled()
-        else:
-            await slots.acquire()
         result = await _run_limited(i, item, ctx, started, slots)
     finally:
         slots.release()
@@ -287,7 +265,7 @@ async def _run_one(
             CallFinished(
                 operation_id=ctx.auth.operation_id,
                 call_id=item.call.call_id,
-                name=item.spec.name,
+                name=spec.name,
                 status=result.status,
                 duration_ms=result.duration_ms,
             )

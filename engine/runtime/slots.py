@@ -46,7 +46,6 @@ class Slots:
         "_skip",
         "_started",
         "_thread",
-        "_unclaimed",
     )
 
     def __init__(self, *limiters: anyio.CapacityLimiter) -> None:
@@ -58,7 +57,6 @@ class Slots:
         self._skip = False
         self._handed_over = False
         self._schedule: Callable[[Callable[[], None]], object] | None = None
-        self._unclaimed = False  # taken by try_acquire, no task has claimed them yet
 
     async def acquire(self) -> None:
         try:
@@ -68,31 +66,6 @@ class Slots:
         except BaseException:
             self.release()
             raise
-
-    def try_acquire(self) -> bool:
-        """Take every slot now if all are free (nothing held otherwise): how a batch hands
-        out its free slots in proposal order, whatever order its tasks first run in. The
-        call's task then ``claim``s them; ``release_unclaimed`` gives back what no task
-        claimed (one cancelled before its first step)."""
-        try:
-            for limiter in self._limiters:
-                limiter.acquire_on_behalf_of_nowait(self)
-                self._held.append(limiter)
-        except anyio.WouldBlock:
-            self.release()
-            return False
-        self._unclaimed = True
-        return True
-
-    def claim(self) -> bool:
-        """The call's task takes over the slots ``try_acquire`` took: whether it had."""
-        taken, self._unclaimed = self._unclaimed, False
-        return taken
-
-    def release_unclaimed(self) -> None:
-        if self._unclaimed:
-            self._unclaimed = False
-            self.release()
 
     async def acquire_thread(self) -> anyio.CapacityLimiter:
         """Wait for a worker thread (a token of anyio's default thread limiter); returns
