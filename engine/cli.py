@@ -245,6 +245,16 @@ def _prog(args: argparse.Namespace | None) -> str:
     return name if isinstance(name, str) else f"callgate {args.command}"
 
 
+def _escape_unencodable() -> None:
+    """Text the output's encoding cannot hold (a tenant ``café`` on an ASCII or cp1252
+    stdout, the ``…`` of a preview) is written as ``\xe9`` escapes: it ended in a
+    UnicodeEncodeError traceback, after a decision had been recorded."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args: argparse.Namespace | None = None
@@ -256,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # recorded. Refuse before anything is done.
             warn("callgate: standard output is closed; nothing was done")
             return UNWRITABLE
+        _escape_unencodable()
         if args.command == "demo":
             return _cmd_demo(args, extra)
         if extra:

@@ -22,6 +22,7 @@ from .cli_audit import CliFailure, secret_from_env
 from .cli_output import ANSWER_LOST, answer_of, warn
 from .cli_views import get_operation, print_operation, shown, snapshot_view, when
 from .core.adapter import PROVIDERS
+from .core.audit import AuditRecord
 from .core.registry import Registry
 from .core.states import TERMINAL, OpState
 from .runtime.operation import OperationResult
@@ -52,7 +53,8 @@ exit status:
      decided calls were acted on and it waits on new approvals
   1  refused (store, record, secret, an unreadable snapshot): nothing was resumed;
      or the operation ended refused, incomplete, failed or escalated (now, or
-     before this resume)
+     before this resume); or --audit-file could not be written mid-resume (calls
+     may have run: a later resume answers them from the ledger)
   2  usage error: nothing was resumed
   {RESUME_CLAIMED}  another worker holds its claim: nothing was resumed
   {ANSWER_LOST}  it was resumed, but the answer could not be written to standard output
@@ -91,6 +93,15 @@ def load_registry(spec: str) -> Registry:
     if not isinstance(obj, Registry):
         raise CliFailure(f"--registry: {spec!r} is a {type(obj).__name__}, not a Registry", 2)
     return obj
+
+
+def _audit_failure(exc: OSError) -> CliFailure:
+    """The audit file's failure, said as such (``failure_text`` would blame the store)."""
+    return CliFailure(
+        f"--audit-file: cannot write to it ({exc.strerror or exc}); the resume stopped, "
+        "and calls it had acted on may have run (a later resume answers them from the "
+        "ledger, never running them again)"
+    )
 
 
 def _ended_status(state: str) -> int:
@@ -176,6 +187,14 @@ async def operations_resume(args: argparse.Namespace, store: Store) -> int:
             raise CliFailure(f"--audit-file: cannot open it: {exc.strerror}", 2) from None
     paused_on = set(view.get("waiting_on", {}).values())
     sink = JsonlAuditSink(args.audit_file) if args.audit_file else None
+
+    async def audit(record: AuditRecord) -> None:
+        assert sink is not None
+        try:
+            await sink.write(record)
+        except OSError as exc:
+            raise _audit_failure(exc) from None
+
     try:
         runner = Runner(
             provider=provider,
@@ -183,7 +202,7 @@ async def operations_resume(args: argparse.Namespace, store: Store) -> int:
             registry=registry,
             store=store,
             binding_secret=secret,
-            audit=None if sink is None else sink.write,
+            audit=None if sink is None else audit,
             audit_secret=audit_secret,
             claim_stale_after=args.claim_stale_after,
         )
@@ -191,7 +210,10 @@ async def operations_resume(args: argparse.Namespace, store: Store) -> int:
         result = await runner.resume(record.operation_id)
     finally:
         if sink is not None:
-            await sink.aclose()
+            try:
+                await sink.aclose()
+            except OSError as exc:  # (what a failed write left in its buffer)
+                raise _audit_failure(exc) from None
     if result.state not in TERMINAL:
         now_held = await store.get_operation(record.operation_id)
         owner = None if now_held is None else now_held.owner

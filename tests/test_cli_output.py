@@ -254,6 +254,43 @@ def test_error_lines_show_outside_text_escaped(tmp_path: Path) -> None:
         assert "\x1b" not in proc.stderr and "\u202e" not in proc.stderr, proc.args
 
 
+def test_text_the_output_encoding_cannot_hold_is_escaped_not_a_traceback(tmp_path: Path) -> None:
+    # An ASCII (or cp1252) stdout and a tenant "café": a UnicodeEncodeError traceback.
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+
+    async def main() -> None:
+        async with open_store(url) as store:
+            await store.create_operation(_record("op_cafe", state="completed", tenant="caf\u00e9"))
+
+    anyio.run(main)
+    proc = subprocess.run(
+        [*CLI, "operations", "list", "--store", url],
+        capture_output=True,
+        cwd=ROOT,
+        env={**cli_env(), "PYTHONIOENCODING": "ascii"},
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+    assert b"caf\\xe9" in proc.stdout
+
+
+def test_audit_verify_refuses_an_operation_id_that_is_not_utf8(tmp_path: Path) -> None:
+    # A lone surrogate (bytes that are not UTF-8) reached the JSON report: a traceback.
+    trail = tmp_path / "trail.jsonl"
+    trail.write_text("\n")
+    proc = subprocess.run(
+        [*CLI, "audit", "verify", str(trail), "--operation", "op_\udcff", "--json"],
+        capture_output=True,
+        cwd=ROOT,
+        env=cli_env(),
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2 and b"Traceback" not in proc.stderr, proc.stderr
+    assert b"argument --operation is not valid UTF-8 text" in proc.stderr
+
+
 # --- 5. help texts read as written -----------------------------------------------------------
 
 

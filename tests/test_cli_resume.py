@@ -195,3 +195,16 @@ async def test_resume_of_an_operation_that_had_ended(tmp_path: Path) -> None:
     assert (garbled.returncode, garbled.stdout) == (1, b""), garbled.stderr
     assert b"snapshot is not readable (10 bytes)" in garbled.stderr
     assert b"--provider" not in garbled.stderr
+
+
+async def test_an_audit_file_that_cannot_be_written_is_named_not_the_store(
+    tmp_path: Path,
+) -> None:
+    # /dev/full opens for appending; every write fails (ENOSPC). That failure was reported
+    # as the store's ("store sqlite:///...: [Errno 28]"), although the database was fine.
+    failed, _ = await _resume_after_approval(
+        tmp_path, ReplayTurn.from_file(FINAL), "--audit-file", "/dev/full"
+    )
+    assert failed.returncode == 1
+    assert b"--audit-file: cannot write to it (No space left on device)" in failed.stderr
+    assert b"store " not in failed.stderr
