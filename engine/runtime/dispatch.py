@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from callgate.engine.core.binding import BoundResult
@@ -142,11 +143,30 @@ async def execute_calls(
     # By position; None until the call got its limiter slots and began.
     started: list[_Began | None] = [None] * len(items)
     budget = remaining_seconds if math.isfinite(remaining_seconds) else None
+    # Each call's slots. Those free right now are taken here, in proposal order: a task
+    # taking its own would get them in the order the backend first runs the tasks (trio
+    # shuffles new tasks on purpose), and a later slow call could take the slot an
+    # earlier fast one was proposed for. Calls that must wait queue in their tasks. For a
+    # limiter of one slot (a tool that runs one call at a time, a batch of one) each
+    # queues behind the call proposed before it (Slots.queue_behind), so they run in
+    # proposal order on every backend. (Not for wider limiters: there the next in line
+    # queues only once the one before it holds its slot, one scheduling round later, and
+    # slots freed together would sit idle meanwhile: 1,000 short calls never filled 16.)
+    slots = [_slots_of(item, ctx) for item in items]
+    last_queued: dict[int, Slots] = {}  # id(first limiter) -> the last call queued for it
+    for call_slots in slots:
+        if not call_slots.try_acquire() and call_slots.first.total_tokens == 1:
+            first = id(call_slots.first)
+            earlier = last_queued.get(first)
+            if earlier is not None:
+                call_slots.queue_behind(earlier)
+            last_queued[first] = call_slots
     try:
         with anyio.move_on_after(budget):
             async with anyio.create_task_group() as tg:
                 for i, item in enumerate(items):
-                    tg.start_soon(_run_one, i, item, ctx, results, started)
+                    run = functools.partial(_run_one, slots=slots[i])
+                    tg.start_soon(run, i, item, ctx, results, started)
     except BaseExceptionGroup as group:
         # A call that raised (a store error, a host's progress sink) reaches the host as
         # itself, so ``except StoreUnavailable`` works and an escalated stop names the
@@ -155,6 +175,11 @@ async def execute_calls(
         if sole is None:
             raise
         raise sole from group
+    finally:
+        # A task that never began (it can be cancelled before its first step) has not
+        # given back the slots taken for it here; every task that began released its own.
+        for call_slots in slots:
+            call_slots.release_unclaimed()
     out: list[CallResult] = []
     for i, item in enumerate(items):
         result = results[i]
@@ -181,6 +206,14 @@ async def execute_calls(
                 result = ctx.seal(item, result)
         out.append(result)
     return out
+
+
+def _slots_of(item: Executable, ctx: DispatchContext) -> Slots:
+    tool_limiter = ctx.tool_limiter(item.spec)
+    # The tool's own slot first: a call queued behind its tool must not hold one of the
+    # batch's slots meanwhile (calls of a slow, limited tool would otherwise starve every
+    # other tool). Always tool -> batch, so no lock-order deadlock.
+    return Slots(ctx.limiter) if tool_limiter is None else Slots(tool_limiter, ctx.limiter)
 
 
 class _Began:
@@ -245,15 +278,15 @@ async def _run_one(
     ctx: DispatchContext,
     results: list[CallResult | None],
     started: list[_Began | None],
+    *,
+    slots: Slots,
 ) -> None:
-    spec = item.spec
-    tool_limiter = ctx.tool_limiter(spec)
-    # The tool's own slot first: a call queued behind its tool must not hold one of the
-    # batch's slots meanwhile (calls of a slow, limited tool would otherwise starve every
-    # other tool). Always tool -> batch, so no lock-order deadlock.
-    slots = Slots(ctx.limiter) if tool_limiter is None else Slots(tool_limiter, ctx.limiter)
-    await slots.acquire()
     try:
+        if slots.claim():  # taken for this call by execute_calls
+            # What acquire() checks first: a batch past its deadline runs no call.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        else:
+            await slots.acquire()
         result = await _run_limited(i, item, ctx, started, slots)
     finally:
         slots.release()
@@ -265,7 +298,7 @@ async def _run_one(
             CallFinished(
                 operation_id=ctx.auth.operation_id,
                 call_id=item.call.call_id,
-                name=spec.name,
+                name=item.spec.name,
                 status=result.status,
                 duration_ms=result.duration_ms,
             )

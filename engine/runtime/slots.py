@@ -38,14 +38,17 @@ class Slots:
     """
 
     __slots__ = (
+        "_behind",
         "_handed_over",
         "_held",
         "_limiters",
         "_lock",
+        "_queued",
         "_schedule",
         "_skip",
         "_started",
         "_thread",
+        "_unclaimed",
     )
 
     def __init__(self, *limiters: anyio.CapacityLimiter) -> None:
@@ -57,15 +60,64 @@ class Slots:
         self._skip = False
         self._handed_over = False
         self._schedule: Callable[[Callable[[], None]], object] | None = None
+        self._unclaimed = False  # taken by try_acquire, no task has claimed them yet
+        # The call queued before this one for the same first limiter (queue_behind), and
+        # the event that lets the call behind this one queue (set once this one holds it).
+        self._behind: Slots | None = None
+        self._queued: anyio.Event | None = None
+
+    @property
+    def first(self) -> anyio.CapacityLimiter:
+        """The limiter this call waits for first (its tool's, else the batch's)."""
+        return self._limiters[0]
+
+    def queue_behind(self, earlier: Slots) -> None:
+        """Wait for the first limiter only once ``earlier`` (the call proposed before
+        this one with the same first limiter, also waiting) holds it: each task would
+        otherwise join the limiter's queue when the backend first runs it (trio shuffles
+        new tasks on purpose), and a tool limited to one call at a time would run a
+        turn's calls out of their proposed order."""
+        self._behind = earlier
+        if earlier._queued is None:
+            earlier._queued = anyio.Event()
 
     async def acquire(self) -> None:
         try:
+            behind = self._behind
+            if behind is not None and behind._queued is not None:
+                await behind._queued.wait()
             for limiter in self._limiters:
                 await limiter.acquire_on_behalf_of(self)
                 self._held.append(limiter)
+                self._first_taken()
         except BaseException:
             self.release()
             raise
+
+    def try_acquire(self) -> bool:
+        """Take every slot now if all are free (nothing held otherwise): how a batch hands
+        out its free slots in proposal order, whatever order its tasks first run in. The
+        call's task then ``claim``s them; ``release_unclaimed`` gives back what no task
+        claimed (one cancelled before its first step)."""
+        try:
+            for limiter in self._limiters:
+                limiter.acquire_on_behalf_of_nowait(self)
+                self._held.append(limiter)
+        except anyio.WouldBlock:
+            self.release()
+            return False
+        self._unclaimed = True
+        return True
+
+    def claim(self) -> bool:
+        """The call's task takes over the slots ``try_acquire`` took: whether it had."""
+        taken, self._unclaimed = self._unclaimed, False
+        return taken
+
+    def release_unclaimed(self) -> None:
+        if self._unclaimed:
+            self._unclaimed = False
+            self.release()
 
     async def acquire_thread(self) -> anyio.CapacityLimiter:
         """Wait for a worker thread (a token of anyio's default thread limiter); returns
@@ -79,6 +131,7 @@ class Slots:
 
     def release(self) -> None:
         """The call is answered: give the slots back, unless its thread holds them now."""
+        self._first_taken()  # (one cut before its slot must not hold up the next)
         if self._handed_over:
             return
         self._give_thread()
@@ -121,6 +174,13 @@ class Slots:
                 self._skip = True  # not started (or already done): the task releases
         if not self._handed_over:
             self._give_thread()
+
+    def _first_taken(self) -> None:
+        """The call behind this one may now queue for the first limiter."""
+        queued = self._queued
+        if queued is not None:
+            self._queued = None
+            queued.set()
 
     def _give_thread(self) -> None:
         thread, self._thread = self._thread, None
