@@ -32,9 +32,20 @@ __all__ = [
     "ChainReport",
     "CliFailure",
     "add_audit_commands",
+    "is_utf8_text",
     "secret_from_env",
     "verify_file",
 ]
+
+
+def is_utf8_text(text: str) -> bool:
+    """Whether a command-line ``text`` is UTF-8: bytes that are not are kept by Python as
+    lone surrogates, which no store, JSON encoder or terminal accepts."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class CliFailure(Exception):
@@ -298,11 +309,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if args.expected_head is not None and not _HEAD.fullmatch(args.expected_head):
             # A shortened or upper-case head would fail an intact trail as "cut".
             raise CliFailure("--expected-head must be the full digest: 64 lowercase hex", 2)
-        if args.operation is not None and not args.operation.isascii():
-            try:
-                args.operation.encode()
-            except UnicodeEncodeError:  # bytes that are not UTF-8 (kept as lone surrogates)
-                raise CliFailure("argument --operation is not valid UTF-8 text", 2) from None
+        if args.operation is not None and not is_utf8_text(args.operation):
+            raise CliFailure("argument --operation is not valid UTF-8 text", 2)
         secret = secret_from_env(args.secret_env) if args.secret_env else None
         try:
             with open(args.file, "rb") as handle:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from .cli_audit import CliFailure
+from .cli_audit import CliFailure, is_utf8_text
 from .core.errors import CallgateError
 from .store.errors import StoreUnavailable
 from .store.migrations import SchemaMissing
@@ -56,21 +56,13 @@ def innermost(exc: BaseException) -> BaseException:
     return exc
 
 
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def refuse_undecodable(args: argparse.Namespace, url: str) -> None:
     """``CliFailure`` (status 2) when an argument, or the store URL, holds bytes that are
     not UTF-8 (Python keeps them as lone surrogates, which no store or terminal accepts)."""
-    if not _is_utf8(url):
+    if not is_utf8_text(url):
         raise CliFailure("the store URL is not valid UTF-8", 2)
     for name, value in vars(args).items():
-        if isinstance(value, str) and name not in _PATH_ARGUMENTS and not _is_utf8(value):
+        if isinstance(value, str) and name not in _PATH_ARGUMENTS and not is_utf8_text(value):
             flag = name.replace("_", "-")
             raise CliFailure(f"argument {flag} is not valid UTF-8 text", 2)
 
