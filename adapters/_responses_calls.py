@@ -11,7 +11,8 @@ call the turn never received (a protocol error, never a text-only turn), and its
 assembler holds to the streamed fragments as it does the other done events. A terminal
 literal byte for byte the same as the call's first done literal (as the API sends it)
 tells the assembler nothing new, so only a digest of that first literal is kept: the
-literal itself would hold a long call's text a second time.
+literal itself would hold a long call's text a second time. (A short literal is its own
+fingerprint: kept as it is, it costs less than hashing it.)
 
 Owns no stream state: ``openai_responses.py`` passes the calls it holds.
 """
@@ -33,10 +34,19 @@ __all__ = ["IDENTITY", "Identity", "digest", "same_call", "terminal_calls"]
 # The identity of a function call at output_item.added: (call_id, name, item id).
 IDENTITY = ("call_id", "name", "id")
 Identity = tuple[str | None, str, str | None]
+_READ = (*IDENTITY, "status")  # the members of a terminal function_call item read
+
+
+# Literals up to this long are their own fingerprint (a digest is 16 bytes, so a short
+# literal never equals a long one's digest but by a preimage of BLAKE2b).
+_SHORT = 1024
+_FUNCTION_CALL = b'"function_call"'
 
 
 def digest(literal: msgspec.Raw) -> bytes:
-    """A done literal's fingerprint: equal digests, byte-identical literals."""
+    """A done literal's fingerprint: equal fingerprints, byte-identical literals."""
+    if len(literal) <= _SHORT:
+        return bytes(literal)
     return hashlib.blake2b(literal, digest_size=16).digest()
 
 
@@ -84,13 +94,15 @@ def terminal_calls(
     ``output: []``)."""
     out: list[CallDone] = []
     matched: set[int] = set()
+    decode = wire.JSON.decode
     for position, members in enumerate(output or ()):
         kind = members.get("type")
-        if kind is None or wire.JSON.decode(kind) != "function_call":
+        if kind is None:
             continue
-        item = {
-            key: wire.JSON.decode(members[key]) for key in (*IDENTITY, "status") if key in members
-        }
+        # The type as the API writes it, else decoded (an escape may spell it).
+        if bytes(kind) != _FUNCTION_CALL and decode(kind) != "function_call":
+            continue
+        item = {key: decode(members[key]) for key in _READ if key in members}
         item_id = item.get("id")
         index = by_item.get(item_id, -1) if isinstance(item_id, str) and item_id else -1
         if index < 0:

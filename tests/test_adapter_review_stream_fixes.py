@@ -207,6 +207,39 @@ def test_responses_terminal_output_byte_identical_to_the_stream_adds_no_done_eve
     assert len(of(changed, CallDone)) == 3
 
 
+def test_responses_terminal_function_call_with_an_escaped_type_is_still_read() -> None:
+    # The type is read as JSON, not matched as bytes: an escape spells the same type.
+    msg = message(text_part("Done."))
+    body = named(
+        CREATED,
+        added(0, message(status="in_progress")),
+        part_event("output_text.delta", 0, {"delta": "Done."}),
+        item_done(0, msg),
+    )
+    terminal = json.dumps(completed(msg, DONE_CALL)).replace(
+        '"type": "function_call"', '"type": "function\\u005fcall"'
+    )
+    assert "\\u005f" in terminal
+    body += f"event: response.completed\ndata: {terminal}\n\n".encode()
+    assert_failed(decode_all_ways("openai_responses", body), "that never streamed")
+
+
+@pytest.mark.parametrize("size", [1000, 1030, 4000])  # the 1,024-byte fingerprint bound
+def test_responses_terminal_literals_near_the_fingerprint_bound(size: int) -> None:
+    # Short literals are compared as they are, long ones by digest: either way an equal
+    # one adds no done event and one that differs in a single byte is caught.
+    args = json.dumps({"note": "x" * (size - 12)})
+    same = send(*streamed_call(args=args), completed(DONE_CALL | {"arguments": args}))
+    assert len(of(same, CallDone)) == 2
+    changed = args.replace("x", "y", 1)
+    assert len(changed) == len(args)
+    other = send(*streamed_call(args=args), completed(DONE_CALL | {"arguments": changed}))
+    assert len(of(other, CallDone)) == 3
+    body = named(CREATED, *streamed_call(args=args), completed(DONE_CALL | {"arguments": changed}))
+    (call,) = decode_all_ways("openai_responses", body).calls
+    assert call.error == "done events disagree about the arguments"
+
+
 # --- 2. Responses: a refusal part seen only as a content part ------------------------------
 
 

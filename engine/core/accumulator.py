@@ -512,6 +512,8 @@ class CallAccumulator:
 
     def complete(self, response_id: str | None) -> tuple[ProposedCall, ...]:
         """Calls whose done signal arrived, in output order."""
+        if not self._done:
+            return ()
         out = []
         calls = self._calls
         for index in sorted(calls):

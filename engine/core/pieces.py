@@ -54,4 +54,6 @@ class TextPieces:
         return chain(self._runs, self._pieces)
 
     def joined(self) -> str:
+        if not self._runs:  # (most texts: a short one, or none at all)
+            return "".join(self._pieces)
         return "".join(chain(self._runs, self._pieces))
