@@ -76,3 +76,67 @@ async def test_calls_waiting_for_a_one_slot_limiter_take_it_in_proposal_order(li
         )
         assert [r.status for r in results] == ["ok"] * 5
         assert entered == [f"call_{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize(
+    "names", [["u", "t", "u", "t"], ["t", "u", "t", "u"], ["t", "t", "u", "t"]]
+)
+async def test_a_batch_of_one_runs_calls_with_their_own_limits_in_proposal_order(
+    names: list[str],
+) -> None:
+    # With max_parallelism=1 a turn runs strictly in sequence. A call that took its
+    # tool's one slot still waits for the batch's: the call behind it must not get the
+    # batch slot first (it queues only once the call ahead holds all of its slots).
+    entered: list[str] = []
+
+    async def work(args: N, ctx: ToolContext) -> int:
+        entered.append(ctx.call_id)
+        await anyio.sleep(0.002)
+        return args.n
+
+    registry = Registry(
+        [
+            ToolSpec(name="t", description="t", args_type=N, handler=work, max_concurrency=1),
+            ToolSpec(name="u", description="u", args_type=N, handler=work),
+        ]
+    )
+    for _ in range(15):
+        entered.clear()
+        ctx = _ctx(parallelism=1)
+        results = await execute_calls(_executables(registry, names), ctx, remaining_seconds=30)
+        assert [r.status for r in results] == ["ok"] * len(names)
+        assert entered == [f"call_{i}" for i in range(len(names))]
+        assert ctx.limiter.borrowed_tokens == 0
+
+
+async def test_a_chained_call_behind_one_that_fails_or_times_out_still_runs() -> None:
+    # The call ahead in the chain gives way however it ends (an error, its deadline).
+    entered: list[str] = []
+
+    async def boom(args: N, ctx: ToolContext) -> int:
+        entered.append(ctx.call_id)
+        raise RuntimeError("no")
+
+    async def slow(args: N, ctx: ToolContext) -> int:
+        entered.append(ctx.call_id)
+        await anyio.sleep(5)
+        return args.n
+
+    async def work(args: N, ctx: ToolContext) -> int:
+        entered.append(ctx.call_id)
+        return args.n
+
+    registry = Registry(
+        [
+            ToolSpec(name="b", description="b", args_type=N, handler=boom, max_concurrency=1),
+            ToolSpec(name="s", description="s", args_type=N, handler=slow, timeout=0.05),
+            ToolSpec(name="u", description="u", args_type=N, handler=work),
+        ]
+    )
+    ctx = _ctx(parallelism=1)
+    results = await execute_calls(
+        _executables(registry, ["u", "b", "s", "u", "b"]), ctx, remaining_seconds=30
+    )
+    assert [r.status for r in results] == ["ok", "handler_error", "timeout", "ok", "handler_error"]
+    assert entered == [f"call_{i}" for i in range(5)]
+    assert ctx.limiter.borrowed_tokens == 0

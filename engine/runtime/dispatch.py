@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import functools
 import math
+import operator
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -146,21 +147,25 @@ async def execute_calls(
     # Each call's slots. Those free right now are taken here, in proposal order: a task
     # taking its own would get them in the order the backend first runs the tasks (trio
     # shuffles new tasks on purpose), and a later slow call could take the slot an
-    # earlier fast one was proposed for. Calls that must wait queue in their tasks. For a
-    # limiter of one slot (a tool that runs one call at a time, a batch of one) each
-    # queues behind the call proposed before it (Slots.queue_behind), so they run in
-    # proposal order on every backend. (Not for wider limiters: there the next in line
-    # queues only once the one before it holds its slot, one scheduling round later, and
-    # slots freed together would sit idle meanwhile: 1,000 short calls never filled 16.)
+    # earlier fast one was proposed for. Calls that must wait queue in their tasks. A
+    # call that needs a limiter of one slot (a tool that runs one call at a time, a batch
+    # of one) queues behind the last call proposed before it that waits for one of the
+    # same (Slots.queue_behind), so they run in proposal order on every backend. (Not
+    # for wider limiters: there the next in line would queue only once the one before it
+    # holds its slots, one scheduling round later, and slots freed together would sit
+    # idle meanwhile: 1,000 short calls never filled 16.)
     slots = [_slots_of(item, ctx) for item in items]
-    last_queued: dict[int, Slots] = {}  # id(first limiter) -> the last call queued for it
-    for call_slots in slots:
-        if not call_slots.try_acquire() and call_slots.first.total_tokens == 1:
-            first = id(call_slots.first)
-            earlier = last_queued.get(first)
-            if earlier is not None:
-                call_slots.queue_behind(earlier)
-            last_queued[first] = call_slots
+    # id(one-slot limiter) -> (position, the last call queued for it)
+    last_queued: dict[int, tuple[int, Slots]] = {}
+    for position, call_slots in enumerate(slots):
+        if call_slots.try_acquire():
+            continue
+        singles = [id(lim) for lim in call_slots.limiters if lim.total_tokens == 1]
+        ahead = [last_queued[single] for single in singles if single in last_queued]
+        if ahead:
+            call_slots.queue_behind(max(ahead, key=operator.itemgetter(0))[1])
+        for single in singles:
+            last_queued[single] = (position, call_slots)
     try:
         with anyio.move_on_after(budget):
             async with anyio.create_task_group() as tg:

@@ -61,22 +61,25 @@ class Slots:
         self._handed_over = False
         self._schedule: Callable[[Callable[[], None]], object] | None = None
         self._unclaimed = False  # taken by try_acquire, no task has claimed them yet
-        # The call queued before this one for the same first limiter (queue_behind), and
-        # the event that lets the call behind this one queue (set once this one holds it).
+        # The call queued before this one for a one-slot limiter (queue_behind), and the
+        # event that lets the call behind this one queue (set once this one holds all).
         self._behind: Slots | None = None
         self._queued: anyio.Event | None = None
 
     @property
-    def first(self) -> anyio.CapacityLimiter:
-        """The limiter this call waits for first (its tool's, else the batch's)."""
-        return self._limiters[0]
+    def limiters(self) -> tuple[anyio.CapacityLimiter, ...]:
+        """The limiters this call takes a slot of, in the order it takes them."""
+        return self._limiters
 
     def queue_behind(self, earlier: Slots) -> None:
-        """Wait for the first limiter only once ``earlier`` (the call proposed before
-        this one with the same first limiter, also waiting) holds it: each task would
-        otherwise join the limiter's queue when the backend first runs it (trio shuffles
-        new tasks on purpose), and a tool limited to one call at a time would run a
-        turn's calls out of their proposed order."""
+        """Start waiting for slots only once ``earlier`` (a call proposed before this
+        one, also waiting, that shares a one-slot limiter with it) holds all of its own:
+        each task would otherwise queue when the backend first runs it (trio shuffles new
+        tasks on purpose), and a tool limited to one call at a time, or a batch of one,
+        would run a turn's calls out of their proposed order. (Waiting for the first
+        slot alone is not enough: a call that took its tool's slot still queues for the
+        batch's, and the call behind it could get there first.) Nothing is held while
+        waiting, so the chain cannot deadlock."""
         self._behind = earlier
         if earlier._queued is None:
             earlier._queued = anyio.Event()
@@ -89,7 +92,7 @@ class Slots:
             for limiter in self._limiters:
                 await limiter.acquire_on_behalf_of(self)
                 self._held.append(limiter)
-                self._first_taken()
+            self._let_next_queue()
         except BaseException:
             self.release()
             raise
@@ -131,7 +134,7 @@ class Slots:
 
     def release(self) -> None:
         """The call is answered: give the slots back, unless its thread holds them now."""
-        self._first_taken()  # (one cut before its slot must not hold up the next)
+        self._let_next_queue()  # (one cut before its slots must not hold up the next)
         if self._handed_over:
             return
         self._give_thread()
@@ -175,8 +178,8 @@ class Slots:
         if not self._handed_over:
             self._give_thread()
 
-    def _first_taken(self) -> None:
-        """The call behind this one may now queue for the first limiter."""
+    def _let_next_queue(self) -> None:
+        """The call behind this one may now queue for its slots."""
         queued = self._queued
         if queued is not None:
             self._queued = None
