@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any, Final, cast
+from urllib.parse import quote
 
 import msgspec
 
@@ -538,8 +539,11 @@ class GeminiAdapter:
             body["systemInstruction"] = {"parts": [{"text": system}]}
         if max_tokens is not None:
             body["generationConfig"] = {"maxOutputTokens": max_tokens}
+        # The model is one path segment: quoted, a "#", "?" or "/" in it cannot call
+        # another endpoint (the API answers 404 for a name it does not know).
+        name = quote(model, safe="")
         return HttpRequestSpec(
-            path=f"/v1beta/models/{model}:streamGenerateContent?alt=sse", body=body
+            path=f"/v1beta/models/{name}:streamGenerateContent?alt=sse", body=body
         )
 
     def unsendable(self, call: ProposedCall) -> str | None:

@@ -195,6 +195,19 @@ def test_build_request_and_auth() -> None:
     assert ADAPTER.auth_headers("k") == {"x-goog-api-key": "k"}
 
 
+def test_the_model_is_one_quoted_path_segment() -> None:
+    # "#" would cut the method off into a fragment (another endpoint), "?" would start
+    # the query, "/" another path: quoted, the API answers 404 for the unknown name.
+    for model, segment in [
+        ("gemini-2.5-flash-preview-05-20", "gemini-2.5-flash-preview-05-20"),
+        ("gemini-2.5-flash#x", "gemini-2.5-flash%23x"),
+        ("a?b=c", "a%3Fb%3Dc"),
+        ("models/gemini-2.5-flash", "models%2Fgemini-2.5-flash"),
+    ]:
+        spec = ADAPTER.build_request(model=model, messages=[], tools=[])
+        assert spec.path == f"/v1beta/models/{segment}:streamGenerateContent?alt=sse"
+
+
 def test_callgate_envelopes_are_not_double_nested_in_function_responses() -> None:
     from callgate.adapters.gemini import ADAPTER as GEMINI
     from callgate.engine.core.adapter import ModelResult as _MR

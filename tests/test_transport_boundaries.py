@@ -198,6 +198,7 @@ def test_a_base_url_that_cannot_be_requested_is_refused_when_the_endpoint_is_mad
         "http://proxyuser:hunter2pw@/v1",  # no host
         "http://proxyuser:hunter2pw@h:port/v1",  # a port that does not parse
         "http://proxyuser:hunter2pw@[::1/v1",  # brackets that do not close
+        "http://proxyuser:hunter2pw@127.0.0.1:1/v1",  # a valid URL carrying credentials
     ],
 )
 def test_a_refused_base_url_never_shows_its_password(url: str) -> None:
@@ -205,3 +206,15 @@ def test_a_refused_base_url_never_shows_its_password(url: str) -> None:
     with pytest.raises(ConfigError) as caught:
         ProviderEndpoint(base_url=url, api_key="k")
     assert "hunter2pw" not in str(caught.value)
+
+
+@pytest.mark.parametrize("url", ["http://gw:hunter2pw@127.0.0.1:1", "https://gw@h.example/v1"])
+def test_a_base_url_with_credentials_is_refused(url: str) -> None:
+    # httpx would send them as Basic auth in place of OpenAI's Bearer key (the key never
+    # went out) and log them with every request URL.
+    with pytest.raises(ConfigError, match="carries a user or password") as caught:
+        ProviderEndpoint(base_url=url, api_key="k")
+    assert "hunter2pw" not in str(caught.value)
+    environ = {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": url}
+    with pytest.raises(ConfigError, match="carries a user or password"):
+        ProviderEndpoint.from_env("openai_chat", environ)

@@ -280,3 +280,42 @@ async def test_a_key_cut_by_the_message_cap_is_masked_to_its_last_character() ->
     error = attempt.outcome.error
     assert error is not None and error.message is not None
     assert error.message.endswith(" provided: ***") and key[:8] not in error.message
+
+
+async def _raise_for_status(response: httpx.Response) -> None:
+    response.raise_for_status()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("status", "attempts", "retryable"), [(400, 1, False), (429, 3, True), (503, 3, True)]
+)
+async def test_a_host_clients_raise_for_status_hook_leaves_the_status_deciding(
+    status: int, attempts: int, retryable: bool
+) -> None:
+    # A shared client with a response hook calling raise_for_status (a common idiom): the
+    # provider's error status still decides, as without the hook; it is no "no response"
+    # transport error, which would send a 400 three times.
+    error = ReplayTurn(
+        status=status,
+        body=b'{"error":{"code":"context_length_exceeded","message":"too long"}}',
+        content_type="application/json",
+    )
+    hooked = {"event_hooks": {"response": [_raise_for_status]}}
+    attempt, requests = await _run([error] * 3, client=hooked)
+    assert (requests, attempt.attempts) == (attempts, attempts)
+    outcome = attempt.outcome
+    assert outcome.kind is OutcomeKind.FAILED
+    assert outcome.error is not None
+    assert (outcome.error.status, outcome.error.retryable) == (status, retryable)
+    assert "no response" not in outcome.stop_reason
+
+
+@pytest.mark.anyio
+async def test_a_hook_raising_a_status_error_for_a_success_reaches_the_host() -> None:
+    async def picky(response: httpx.Response) -> None:
+        raise httpx.HTTPStatusError("host says no", request=response.request, response=response)
+
+    recorded = (FIXTURES / "openai_chat" / "parallel_tool_calls_no_args.sse").read_bytes()
+    with pytest.raises(httpx.HTTPStatusError, match="host says no"):
+        await _run([ReplayTurn(body=recorded)], client={"event_hooks": {"response": [picky]}})

@@ -115,7 +115,7 @@ class ProviderEndpoint(msgspec.Struct, frozen=True, kw_only=True):
     api_key: str
 
     def __post_init__(self) -> None:
-        # A proxy's user:password may sit in the URL (from the environment): never shown.
+        # A user:password may sit in the URL (from the environment): never shown, refused.
         shown = redact_url(self.base_url)
         if not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base URL must start with http:// or https://: {shown!r}")
@@ -126,6 +126,14 @@ class ProviderEndpoint(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"base URL {shown!r} is not a valid URL ({why})") from None
         if not url.host:
             raise ConfigError(f"base URL {shown!r} names no host")
+        if url.userinfo:
+            # httpx would send them as Basic auth, which replaces OpenAI's Bearer key (the
+            # key never goes out), and HTTP libraries log request URLs whole.
+            raise ConfigError(
+                f"base URL {shown!r} carries a user or password: it would be sent in place "
+                "of the API key and logged with every request; give a gateway's credentials "
+                "as headers of a host client (Runner(client=httpx.AsyncClient(headers=...)))"
+            )
         if (
             not self.api_key
             or not self.api_key.isascii()  # (a header value is bytes: non-ASCII fails late)
@@ -138,7 +146,7 @@ class ProviderEndpoint(msgspec.Struct, frozen=True, kw_only=True):
             )
 
     def __repr__(self) -> str:
-        return f"ProviderEndpoint(base_url={self.base_url!r}, api_key=<redacted>)"
+        return f"ProviderEndpoint(base_url={redact_url(self.base_url)!r}, api_key=<redacted>)"
 
     @classmethod
     def from_env(cls, provider: str, environ: Mapping[str, str] | None = None) -> ProviderEndpoint:
@@ -427,6 +435,12 @@ async def _attempt(request: _Request, budget: float) -> _Result:
             what = "idle stream timeout" if isinstance(exc, httpx.ReadTimeout) else "timeout"
             reason = f"{what} ({type(exc).__name__})"
             return _transport_failure(decoder, fragments, reason, retry.retry_statuses)
+        except httpx.HTTPStatusError as exc:
+            # Only a host client's response hook raises it (``raise_for_status``): the
+            # provider did answer, and its status decides (the hook closed the body).
+            if exc.response.is_success:
+                raise  # the host's own verdict on a success: the host's exception
+            return _http_failure(exc.response, b"", retry.retry_statuses)
         except httpx.HTTPError as exc:
             reason = f"transport error ({type(exc).__name__})"
             return _transport_failure(decoder, fragments, reason, retry.retry_statuses)
