@@ -203,6 +203,7 @@ def test_the_model_is_one_quoted_path_segment() -> None:
         ("gemini-2.5-flash#x", "gemini-2.5-flash%23x"),
         ("a?b=c", "a%3Fb%3Dc"),
         ("models/gemini-2.5-flash", "models%2Fgemini-2.5-flash"),
+        ("tuned model 1", "tuned%20model%201"),
     ]:
         spec = ADAPTER.build_request(model=model, messages=[], tools=[])
         assert spec.path == f"/v1beta/models/{segment}:streamGenerateContent?alt=sse"

@@ -374,7 +374,7 @@ async def test_claim_stale_after_and_approval_ttl_must_be_positive_finite_number
         )
 
 
-@pytest.mark.parametrize("model", ["", "gemini\n2", "gpt 4o", "\x1b[31mgpt", 4])
+@pytest.mark.parametrize("model", ["", "gemini\n2", " gpt-4o", "\x1b[31mgpt", 4])
 def test_a_model_name_that_no_request_can_carry_is_refused_at_construction(model: object) -> None:
     # It used to fail in the HTTP library at the first turn (Gemini puts the model in the
     # URL path): an httpx traceback to the host and an operation stored escalated.

@@ -129,10 +129,17 @@ class Runner:
         adapter = load_adapter(provider)
         if not isinstance(adapter, EncodeSide):
             raise ConfigError(f"adapter {provider!r} has no encode side")
-        if not isinstance(model, str) or not model or not model.isprintable() or " " in model:
-            # A request field (a URL path segment for Gemini): a control character or a
-            # space would only fail in the HTTP library, after the operation was stored.
-            raise ConfigError(f"model must be a non-empty name without spaces, not {model!r}")
+        if (
+            not isinstance(model, str)
+            or not model.isprintable()
+            or model != model.strip()
+            or not model
+        ):
+            # A request field (a URL path segment for Gemini): a control character would
+            # only fail in the HTTP library, after the operation was stored.
+            raise ConfigError(
+                f"model must be a non-empty printable name, not padded with spaces: {model!r}"
+            )
         if claim_stale_after is not None and not (
             math.isfinite(claim_stale_after) and claim_stale_after > 0
         ):
