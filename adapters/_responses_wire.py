@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from callgate.engine.core.adapter import echo_arguments
 from callgate.engine.core.errors import StreamProtocolError
 from callgate.engine.core.outcome import TurnOutcome, Usage
 
@@ -258,6 +259,19 @@ def echo(outcome: TurnOutcome) -> list[dict[str, Any]]:
     ordered: list[tuple[int, int, dict[str, Any]]] = []
     has_message = False
     echoed_ids: set[object] = set()  # a repeated call id gets no result: not echoed
+    # A reasoning item without its encrypted content cannot go back; the API then
+    # refuses a function_call item that names its id ("provided without its required
+    # 'reasoning' item"): such calls go back by call_id alone.
+    reasoning = [
+        (cont.index, not cont.item.get("encrypted_content"))
+        for cont in outcome.continuation
+        if cont.kind == "reasoning"
+    ]
+
+    def after_dropped(index: int) -> bool:  # the last reasoning item before it went
+        before = [dropped for at, dropped in reasoning if at < index]
+        return bool(before) and before[-1]
+
     for cont in outcome.continuation:
         if cont.kind == "reasoning" and not cont.item.get("encrypted_content"):
             continue
@@ -267,11 +281,14 @@ def echo(outcome: TurnOutcome) -> list[dict[str, Any]]:
             if call is not None and not echoed.get("call_id"):
                 # The result references the (derived) call id; the echo must too.
                 echoed["call_id"] = call.call_id
-            if echoed.get("arguments") is None:
+            if after_dropped(cont.index):
+                echoed.pop("id", None)
+            if call is not None and call.arguments is None:
+                echoed["arguments"] = "{}"  # rejected: never echoed (see echo_arguments)
+            elif echoed.get("arguments") is None:
                 # Left out of the kept item (or null there, as some compatible
                 # endpoints send it): the call's own bytes are the same text.
-                raw = call.raw_arguments if call is not None else b""
-                echoed["arguments"] = raw.decode("utf-8", "replace") or "{}"
+                echoed["arguments"] = echo_arguments(call) if call is not None else "{}"
             if echoed.get("call_id") in echoed_ids:
                 continue
             echoed_ids.add(echoed.get("call_id"))
@@ -287,12 +304,11 @@ def echo(outcome: TurnOutcome) -> list[dict[str, Any]]:
             continue
         echoed_ids.add(call.call_id)
         rebuilt: dict[str, Any] = {"type": "function_call"}
-        if call.item_id is not None:
+        if call.item_id is not None and not after_dropped(call.index):
             rebuilt["id"] = call.item_id
         rebuilt["call_id"] = call.call_id
         rebuilt["name"] = call.name
-        # (A refused call holds no bytes; "{}" is how the API spells no arguments.)
-        rebuilt["arguments"] = call.raw_arguments.decode("utf-8", "replace") or "{}"
+        rebuilt["arguments"] = echo_arguments(call)
         ordered.append((call.index, 1, rebuilt))
     ordered.sort(key=lambda entry: (entry[0], entry[1]))
     return [entry[2] for entry in ordered]

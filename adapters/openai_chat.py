@@ -31,6 +31,7 @@ from callgate.engine.core.adapter import (
     HttpRequestSpec,
     ModelResult,
     ToolDeclaration,
+    echo_arguments,
     unsendable_call,
 )
 from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
@@ -486,9 +487,8 @@ class OpenAIChatAdapter:
                     "type": "function",
                     "function": {
                         "name": call.name,
-                        # The argument text as received; a call that streamed no
-                        # fragments had no arguments, which the API spells "{}".
-                        "arguments": call.raw_arguments.decode("utf-8", "replace") or "{}",
+                        # As received ("{}" for none, or for rejected arguments).
+                        "arguments": echo_arguments(call),
                     },
                 }
                 for call in sorted(outcome.calls, key=attrgetter("index"))

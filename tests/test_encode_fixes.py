@@ -28,7 +28,9 @@ from callgate.engine.core.decode import decode
 from callgate.engine.core.events import ContinuationItem
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProposedCall, TurnOutcome
+from callgate.engine.runtime.call_records import echoed_turn
 
+from .conftest import FIXTURES
 from .openai_responses_helpers import FAMILY
 
 # A schema with the JSON Schema keywords Gemini's OpenAPI ``Schema`` does not know.
@@ -302,3 +304,43 @@ def test_a_call_refused_for_its_size_is_echoed_with_no_arguments(provider: str) 
     calls = echo[0]["tool_calls"] if provider == "openai_chat" else echo
     arguments = [c["function"]["arguments"] if "function" in c else c["arguments"] for c in calls]
     assert arguments == ['{"a":1}', "{}"]
+
+
+# --- a rejected call's text never goes back; calls of a dropped reasoning item go by call_id
+
+
+@pytest.mark.parametrize("provider", ["openai_chat", "openai_responses"])
+def test_a_rejected_calls_text_is_never_echoed(provider: str) -> None:
+    # Servers that parse the history (vLLM, proxies) refuse a request echoing malformed
+    # or non-object argument text with a 400, after the turn's valid calls ran. The
+    # rejected call goes back as "{}" (its error result says why), as Anthropic's and
+    # Gemini's echoes already did; a valid call keeps its exact bytes.
+    calls = [
+        RenderCall("call_ok", "get_weather", '{"city": "Paris"}'),
+        RenderCall("call_cut", "get_weather", '{"city": "Par'),
+        RenderCall("call_arr", "get_weather", '["Paris"]'),
+    ]
+    body = render_turn(provider, text="", calls=calls, model="gpt-5")
+    outcome = decode(provider, [body])
+    assert [c.arguments is None for c in outcome.calls] == [False, True, True]
+    echo = load_adapter(provider).assistant_echo(echoed_turn(outcome))
+    if provider == "openai_chat":
+        sent = [tc["function"]["arguments"] for tc in echo[0]["tool_calls"]]
+    else:
+        sent = [item["arguments"] for item in echo if item.get("type") == "function_call"]
+    assert sent == ['{"city": "Paris"}', "{}", "{}"]
+
+
+def test_calls_after_a_reasoning_item_that_cannot_go_back_are_echoed_without_their_ids() -> None:
+    # A reasoning item without encrypted_content (the first request of a model name the
+    # reasoning rule does not know) is not echoed; the API then refuses a function_call
+    # item naming its id "without its required 'reasoning' item": call_id pairs them.
+    name = "parallel_function_calls_with_reasoning.converted.sse"
+    outcome = decode("openai_responses", [(FIXTURES / "openai_responses" / name).read_bytes()])
+    kept = [c for c in outcome.continuation if c.kind == "reasoning"]
+    assert kept and not any(c.item.get("encrypted_content") for c in kept)
+    echo = load_adapter("openai_responses").assistant_echo(outcome)
+    calls = [item for item in echo if item.get("type") == "function_call"]
+    assert [c["call_id"] for c in calls] == [c.call_id for c in outcome.calls]
+    assert len(calls) == 2 and all("id" not in c for c in calls)
+    assert not any(item.get("type") == "reasoning" for item in echo)

@@ -32,6 +32,7 @@ __all__ = [
     "HttpRequestSpec",
     "ModelResult",
     "ToolDeclaration",
+    "echo_arguments",
     "load_adapter",
     "unsendable_call",
 ]
@@ -204,3 +205,14 @@ def unsendable_call(
             f"conversation (an id must match {call_id.pattern}); nothing ran"
         )
     return None
+
+
+def echo_arguments(call: ProposedCall) -> str:
+    """The argument text a call's echo carries (families that take it as a string): the
+    bytes as received, or ``"{}"`` for a call that had none or whose arguments were
+    rejected. Never the rejected text: servers that parse the history refuse a request
+    with it (400), after the turn's valid calls ran; the call's error result tells the
+    model what was wrong, and the raw bytes stay in the outcome and the audit trail."""
+    if call.arguments is None:
+        return "{}"
+    return call.raw_arguments.decode("utf-8", "replace") or "{}"
