@@ -155,7 +155,7 @@ def _verdict(result: OperationResult, paused_on: set[str]) -> tuple[int, str | N
 async def operations_resume(args: argparse.Namespace, store: Store) -> int:
     # Imported here: only resume needs the run loop (and its HTTP client).
     from .runtime.audit_sink import JsonlAuditSink  # noqa: PLC0415
-    from .runtime.loop import Runner  # noqa: PLC0415
+    from .runtime.loop import Runner, sendable_model  # noqa: PLC0415
 
     registry = load_registry(args.registry)
     secret = secret_from_env(args.secret_env) if args.secret_env else None
@@ -169,8 +169,9 @@ async def operations_resume(args: argparse.Namespace, store: Store) -> int:
     model = args.model or view.get("model")
     if provider not in PROVIDERS:
         raise CliFailure(f"pass --provider (one of {', '.join(PROVIDERS)})", 2)
-    if not isinstance(model, str) or not model:
-        raise CliFailure("pass --model (the snapshot does not name one)", 2)
+    if not sendable_model(model):
+        # (The Runner would refuse it too, with an exit status that reads "ended badly".)
+        raise CliFailure("pass --model (the snapshot names none a request can carry)", 2)
     if record.state != OpState.WAITING_APPROVAL:
         # The runner settles an operation no drive holds any more (it ends escalated).
         warn(

@@ -298,6 +298,24 @@ def test_resume_of_an_unreadable_snapshot_is_one_line(tmp_path: Path, snapshot: 
     assert "snapshot" in one_line(proc)
 
 
+@pytest.mark.parametrize("model", [" gpt-4o", "gpt\x1b[2J", ""])
+def test_resume_of_a_snapshot_naming_an_unsendable_model_asks_for_model(
+    tmp_path: Path, model: str
+) -> None:
+    # Usage (exit 2, "pass --model"), as for a snapshot naming none: the operation still
+    # waits, and exit 1 would read "ended badly".
+    snapshot = json.dumps({"provider": "openai_chat", "model": model}).encode()
+    url = make_store(tmp_path / "callgate.db", operation("op_odd", snapshot))
+    proc = run_cli(
+        *("operations", "resume", "op_odd", "--registry", "tests.cli_tools:REGISTRY"),
+        *("--store", url),
+        env=cli_env(OPENAI_API_KEY="sk-test", OPENAI_BASE_URL="http://127.0.0.1:1"),
+    )
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert "pass --model" in line and "\x1b" not in line
+
+
 # --- 7. non-UTF-8 arguments -----------------------------------------------------------------
 
 

@@ -319,3 +319,27 @@ async def test_a_hook_raising_a_status_error_for_a_success_reaches_the_host() ->
     recorded = (FIXTURES / "openai_chat" / "parallel_tool_calls_no_args.sse").read_bytes()
     with pytest.raises(httpx.HTTPStatusError, match="host says no"):
         await _run([ReplayTurn(body=recorded)], client={"event_hooks": {"response": [picky]}})
+
+
+@pytest.mark.anyio
+async def test_a_status_error_a_request_hook_raises_for_another_server_is_a_transport_error() -> (
+    None
+):
+    # A request hook fetching a gateway token (raise_for_status on the identity server's
+    # 401) is not the provider answering 401: the attempt had no response, and is retried.
+    recorded = (FIXTURES / "openai_chat" / "parallel_tool_calls_no_args.sse").read_bytes()
+    refusals = [0]
+
+    async def token(request: httpx.Request) -> None:
+        if refusals[0] < 1:
+            refusals[0] += 1
+            identity = httpx.Request("POST", "https://login.example.net/token")
+            raise httpx.HTTPStatusError(
+                "401", request=identity, response=httpx.Response(401, request=identity)
+            )
+
+    attempt, requests = await _run(
+        [ReplayTurn(body=recorded)], client={"event_hooks": {"request": [token]}}
+    )
+    assert (attempt.attempts, requests) == (2, 1)
+    assert attempt.outcome.kind is OutcomeKind.TOOL_PROPOSALS

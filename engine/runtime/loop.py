@@ -17,7 +17,7 @@ import math
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import httpx
 import msgspec
@@ -61,7 +61,14 @@ from .transport import ProviderEndpoint, RetryPolicy, TransportTimeouts
 AuditWriter = Callable[[AuditRecord], Awaitable[None]]
 
 
-__all__ = ["CallSummary", "OperationResult", "Runner"]
+__all__ = ["CallSummary", "OperationResult", "Runner", "sendable_model"]
+
+
+def sendable_model(model: object) -> TypeGuard[str]:
+    """Whether ``model`` can name the model of a request: a non-empty printable name, not
+    padded with spaces. (A request field, and a URL path segment for Gemini: a control
+    character would only fail in the HTTP library, after the operation was stored.)"""
+    return isinstance(model, str) and bool(model) and model == model.strip() and model.isprintable()
 
 
 class Runner:
@@ -129,14 +136,7 @@ class Runner:
         adapter = load_adapter(provider)
         if not isinstance(adapter, EncodeSide):
             raise ConfigError(f"adapter {provider!r} has no encode side")
-        if (
-            not isinstance(model, str)
-            or not model.isprintable()
-            or model != model.strip()
-            or not model
-        ):
-            # A request field (a URL path segment for Gemini): a control character would
-            # only fail in the HTTP library, after the operation was stored.
+        if not sendable_model(model):
             raise ConfigError(
                 f"model must be a non-empty printable name, not padded with spaces: {model!r}"
             )

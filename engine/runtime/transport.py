@@ -435,13 +435,19 @@ async def _attempt(request: _Request, budget: float) -> _Result:
             what = "idle stream timeout" if isinstance(exc, httpx.ReadTimeout) else "timeout"
             reason = f"{what} ({type(exc).__name__})"
             return _transport_failure(decoder, fragments, reason, retry.retry_statuses)
-        except httpx.HTTPStatusError as exc:
-            # Only a host client's response hook raises it (``raise_for_status``): the
-            # provider did answer, and its status decides (the hook closed the body).
-            if exc.response.is_success:
-                raise  # the host's own verdict on a success: the host's exception
-            return _http_failure(exc.response, b"", retry.retry_statuses)
         except httpx.HTTPError as exc:
+            if (
+                isinstance(exc, httpx.HTTPStatusError)
+                and exc.request.method == "POST"
+                and exc.request.url == request.url
+            ):
+                # A host client's response hook (``raise_for_status``) on the provider's
+                # answer: its status decides, as without the hook (the hook closed the
+                # body). One on another request (a request hook fetching a token) is a
+                # transport error like any other: the provider never answered.
+                if exc.response.is_success:
+                    raise  # the host's own verdict on a success: the host's exception
+                return _http_failure(exc.response, b"", retry.retry_statuses)
             reason = f"transport error ({type(exc).__name__})"
             return _transport_failure(decoder, fragments, reason, retry.retry_statuses)
         outcome = decoder.finish()
