@@ -239,6 +239,17 @@ def string_literal(value: msgspec.Raw | None, index: int) -> msgspec.Raw | None:
 _OUTPUT_ONLY = {"reasoning": ("status",), "function_call": ("status",)}
 
 
+# What an item produced with a reasoning item that cannot go back loses (see ``echo``):
+# the API holds an item that names its own id to that reasoning item. A message without
+# an id is plain assistant input, which takes no status either. (Built-in tool calls
+# need their id; callgate declares none.)
+_WITHOUT_REASONING = {
+    "custom_tool_call": ("id",),
+    "function_call": ("id",),
+    "message": ("id", "status"),
+}
+
+
 def input_item(kind: str, item: dict[str, Any]) -> dict[str, Any]:
     """An output item as the next request's input item (a copy; the outcome is frozen)."""
     echoed = dict(item)
@@ -260,8 +271,9 @@ def echo(outcome: TurnOutcome) -> list[dict[str, Any]]:
     has_message = False
     echoed_ids: set[object] = set()  # a repeated call id gets no result: not echoed
     # A reasoning item without its encrypted content cannot go back; the API then
-    # refuses a function_call item that names its id ("provided without its required
-    # 'reasoning' item"): such calls go back by call_id alone.
+    # refuses an item produced with it that names its own id ("Item 'fc_…' / 'msg_…'
+    # was provided without its required 'reasoning' item"): such items go back without
+    # it (calls by call_id alone, messages as plain assistant input).
     reasoning = [
         (cont.index, not cont.item.get("encrypted_content"))
         for cont in outcome.continuation
@@ -276,13 +288,14 @@ def echo(outcome: TurnOutcome) -> list[dict[str, Any]]:
         if cont.kind == "reasoning" and not cont.item.get("encrypted_content"):
             continue
         echoed = input_item(cont.kind, cont.item)
+        if after_dropped(cont.index):
+            for field in _WITHOUT_REASONING.get(cont.kind, ()):
+                echoed.pop(field, None)
         if cont.kind == "function_call":
             call = calls.pop(cont.index, None)
             if call is not None and not echoed.get("call_id"):
                 # The result references the (derived) call id; the echo must too.
                 echoed["call_id"] = call.call_id
-            if after_dropped(cont.index):
-                echoed.pop("id", None)
             if call is not None and call.arguments is None:
                 echoed["arguments"] = "{}"  # rejected: never echoed (see echo_arguments)
             elif echoed.get("arguments") is None:

@@ -175,15 +175,18 @@ def test_echo_drops_the_recorded_reasoning_item_without_encrypted_content() -> N
     assert all(item.get("type") != "reasoning" for item in body["input"])  # type: ignore[attr-defined]
 
 
+_MESSAGE = {
+    "type": "message",
+    "id": "msg_1",
+    "role": "assistant",
+    "status": "completed",
+    "content": [{"type": "output_text", "text": "Hi.", "annotations": []}],
+}
+_CUSTOM = {"type": "custom_tool_call", "id": "ct_1", "call_id": "c", "name": "t", "input": ""}
+
+
 def test_echo_drops_only_reasoning_without_encrypted_content() -> None:
-    message = {
-        "type": "message",
-        "id": "msg_1",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": "Hi.", "annotations": []}],
-    }
-    custom = {"type": "custom_tool_call", "id": "ct_1", "call_id": "c", "name": "t", "input": ""}
+    message, custom = dict(_MESSAGE), dict(_CUSTOM)
     outcome = _outcome(
         ("reasoning", 0, {"type": "reasoning", "id": "rs_a", "summary": []}),
         ("reasoning", 1, {"type": "reasoning", "id": "rs_b", "encrypted_content": None}),
@@ -344,3 +347,26 @@ def test_calls_after_a_reasoning_item_that_cannot_go_back_are_echoed_without_the
     assert [c["call_id"] for c in calls] == [c.call_id for c in outcome.calls]
     assert len(calls) == 2 and all("id" not in c for c in calls)
     assert not any(item.get("type") == "reasoning" for item in echo)
+
+
+def test_a_message_after_a_reasoning_item_that_cannot_go_back_is_plain_assistant_input() -> None:
+    # The API refuses "Item 'msg_…' of type 'message' was provided without its required
+    # 'reasoning' item" too: such a message goes back without its id (and so without the
+    # status only the id form takes); a custom tool call without its id. Items after a
+    # reasoning item that does go back keep theirs.
+    message, custom = dict(_MESSAGE), dict(_CUSTOM)
+    later = {**message, "id": "msg_2"}
+    outcome = _outcome(
+        ("reasoning", 0, {"type": "reasoning", "id": "rs_a", "summary": []}),
+        ("message", 1, message),
+        ("custom_tool_call", 2, custom),
+        ("reasoning", 3, {"type": "reasoning", "id": "rs_b", "encrypted_content": "gAAA"}),
+        ("message", 4, later),
+    )
+    plain = {k: v for k, v in message.items() if k not in ("id", "status")}
+    assert RESPONSES.assistant_echo(outcome) == [
+        plain,
+        {k: v for k, v in custom.items() if k != "id"},
+        {"type": "reasoning", "id": "rs_b", "encrypted_content": "gAAA", "summary": []},
+        later,
+    ]
