@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 
-from callgate.engine.core import sse
+from callgate.engine.core import sse_fields
 from callgate.engine.core.errors import CallgateError, SSEEventTooLarge, SSELineTooLong
 from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
 from callgate.engine.core.sse import SSEDecoder, SSEEvent
@@ -51,14 +51,14 @@ def _assert_poisoned(decoder: SSEDecoder, error: CallgateError) -> None:
 
 
 def _clear_type_caches() -> None:
-    sse._TYPES.clear()
-    sse._LINE_TYPES.clear()
+    sse_fields.TYPES.clear()
+    sse_fields.LINE_TYPES.clear()
 
 
 def _assert_type_caches_bounded() -> None:
-    for name, etype in sse._TYPES.items():
+    for name, etype in sse_fields.TYPES.items():
         assert len(name) <= NAME_BOUND and len(etype) <= NAME_BOUND, len(name)
-    for line, etype in sse._LINE_TYPES.items():
+    for line, etype in sse_fields.LINE_TYPES.items():
         assert len(line) <= LINE_BOUND and len(etype) <= NAME_BOUND, len(line)
 
 
@@ -88,7 +88,7 @@ def test_event_name_caches_keep_only_short_names() -> None:
         for mode, chunks in chunkings(body, seed=7):
             assert _run(chunks) == (expected, None), mode
             _assert_type_caches_bounded()
-    assert not sse._TYPES and not sse._LINE_TYPES  # every name was too long to keep
+    assert not sse_fields.TYPES and not sse_fields.LINE_TYPES  # every name was too long to keep
 
     # Short names (real ones, and one of exactly the bound) are still decoded right
     # and cached, by name and by line.
@@ -106,8 +106,8 @@ def test_event_name_caches_keep_only_short_names() -> None:
         assert _run(chunks) == (expected, None), mode
         _assert_type_caches_bounded()
     for name in short:
-        assert sse._TYPES[name] == (name.decode() or "message")
-        assert sse._LINE_TYPES[b"event: " + name] == (name.decode() or "message")
+        assert sse_fields.TYPES[name] == (name.decode() or "message")
+        assert sse_fields.LINE_TYPES[b"event: " + name] == (name.decode() or "message")
 
 
 def test_an_over_cap_line_is_never_copied_and_a_poisoned_decoder_keeps_nothing() -> None:
