@@ -48,29 +48,38 @@ def test_golden_outcome_in_all_three_feeding_modes(provider: str, path: Path) ->
         assert _view(decode(provider, chunks)) == expected, mode
 
 
-def _terminal_offset(provider: str, body: bytes) -> int:
-    """The smallest prefix length whose outcome is complete (or len+1 if none is)."""
-    lo, hi = 0, len(body) + 1
-    # Completeness is monotone in the prefix for these recorded streams: binary search,
-    # then the exhaustive sweep below checks every offset anyway.
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if mid <= len(body) and decode(provider, [body[:mid]]).complete:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+# The event whose dispatch completes a turn, per family (PROVIDERS.md); in every
+# complete fixture it is the last event.
+TERMINAL_EVENT = {
+    "openai_chat": b"data: [DONE]",
+    "openai_responses": b"event: response.completed\n",
+    "anthropic": b"event: message_stop\n",
+    "gemini": b'"finishReason"',
+    "gemini_interactions": b"event: interaction.complete",
+}
+
+
+def _terminal_offset(provider: str, body: bytes, complete: bool) -> int:
+    """The shortest prefix of a complete stream that may be complete, read off its bytes
+    (never off ``decode``): just past the line end that dispatches its last event, which
+    must be the family's terminal event. A CR alone ends a line, so a CRLF-framed stream
+    completes at its final blank line's CR. A stream that is not complete: past its end."""
+    if not complete:
+        return len(body) + 1
+    crlf = body.endswith(b"\r\n\r\n")
+    assert crlf or body.endswith(b"\n\n"), "a complete stream ends with a blank line"
+    events = body.replace(b"\r\n", b"\n").rstrip(b"\n").split(b"\n\n")
+    assert TERMINAL_EVENT[provider] in events[-1], events[-1][:80]
+    return len(body) - 1 if crlf else len(body)
 
 
 @pytest.mark.parametrize(("provider", "path"), FILES, ids=IDS)
 def test_truncation_at_every_byte_offset(provider: str, path: Path) -> None:
     body = path.read_bytes()
     full = decode(provider, [body])
-    terminal = _terminal_offset(provider, body)
-    if full.complete:
-        # The terminal event is the last thing that completes the stream: every cut
-        # before the blank line that ends it is incomplete.
-        assert terminal <= len(body)
+    # The terminal event is the last thing that completes the stream: every cut before
+    # the blank line that ends it is incomplete, every cut after it is the whole outcome.
+    terminal = _terminal_offset(provider, body, full.complete)
     for cut in range(len(body) + 1):
         out = decode(provider, [body[:cut]])
         if cut < terminal:
