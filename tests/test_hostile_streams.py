@@ -63,6 +63,24 @@ def test_ten_thousand_calls_hit_the_calls_cap() -> None:
     assert out.calls == ()
 
 
+@pytest.mark.parametrize("provider", FAMILIES)
+def test_ten_thousand_calls_fail_the_turn_in_every_family(provider: str) -> None:
+    calls = [RenderCall(f"call_{i}", "f", '{"i":%d}' % i) for i in range(10_000)]
+    body = render_turn(provider, calls=calls)
+    limits = Limits()
+    for mode, chunks in chunkings(body, seed=7):
+        out = decode(provider, chunks)
+        assert out.kind is OutcomeKind.FAILED, mode
+        assert "max_calls_per_response" in out.stop_reason, mode
+        # Never more calls than the cap, and none of them complete past it.
+        assert len(out.calls) <= limits.max_calls_per_response, mode
+    # Exactly at the cap the same turn is fine.
+    at_cap = render_turn(provider, calls=calls[: limits.max_calls_per_response])
+    out = decode(provider, [at_cap])
+    assert out.kind is OutcomeKind.TOOL_PROPOSALS
+    assert len(out.calls) == limits.max_calls_per_response
+
+
 def test_deeply_nested_arguments_are_rejected_not_executed() -> None:
     args = '{"a":' + "[" * 5000 + "]" * 5000 + "}"
     body = (
