@@ -65,7 +65,7 @@ def test_ten_thousand_calls_hit_the_calls_cap() -> None:
 
 @pytest.mark.parametrize("provider", FAMILIES)
 def test_ten_thousand_calls_fail_the_turn_in_every_family(provider: str) -> None:
-    calls = [RenderCall(f"call_{i}", "f", '{"i":%d}' % i) for i in range(10_000)]
+    calls = [RenderCall(f"call_{i}", "f", f'{{"i":{i}}}') for i in range(10_000)]
     body = render_turn(provider, calls=calls)
     limits = Limits()
     for mode, chunks in chunkings(body, seed=7):
