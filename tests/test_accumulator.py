@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from callgate.engine.core.accumulator import CallAccumulator, derive_call_id
+from callgate.engine.core.accumulator import CallAccumulator
 from callgate.engine.core.decode import TurnAssembler
 from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.events import (
@@ -19,6 +19,7 @@ from callgate.engine.core.events import (
     ResponseMeta,
     TextDelta,
 )
+from callgate.engine.core.ids import derive_call_id
 from callgate.engine.core.limits import Limits
 from callgate.engine.core.outcome import OutcomeKind, ProviderErrorInfo, TurnOutcome
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from callgate.engine import OutcomeKind, TurnOutcome, decode
-from callgate.engine.core.accumulator import derive_call_id
+from callgate.engine.core.ids import derive_call_id
 
 from .conftest import chunkings
 

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from callgate.engine import OutcomeKind, TurnOutcome, decode
-from callgate.engine.core.accumulator import derive_call_id
 from callgate.engine.core.decode import TurnAssembler
 from callgate.engine.core.events import ResponseMeta
+from callgate.engine.core.ids import derive_call_id
 
 from .conftest import chunkings
 from .test_openai_decode_fixes import resp_body

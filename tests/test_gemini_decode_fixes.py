@@ -28,8 +28,8 @@ import pytest
 
 from callgate.adapters._vertex_args import PartialArg, StreamedArguments
 from callgate.engine import Limits, OutcomeKind, TurnOutcome, decode
-from callgate.engine.core.accumulator import derive_call_id
 from callgate.engine.core.errors import LimitExceeded
+from callgate.engine.core.ids import derive_call_id
 
 from .conftest import chunkings
 

@@ -30,12 +30,12 @@ from typing import Any
 import msgspec
 
 from .arguments import ArgumentsRejected, parse_arguments, string_slices
-from .canonical import digest_fields
 from .errors import LimitExceeded, StreamProtocolError
+from .ids import derive_call_id
 from .limits import Limits
 from .outcome import IncompleteCall, ProposedCall
 
-__all__ = ["CallAccumulator", "derive_call_id"]
+__all__ = ["CallAccumulator"]
 
 # Held fragments are joined into one block every this many code points: small enough
 # that per-fragment object overhead stays bounded, large enough that joins are rare.
@@ -52,12 +52,6 @@ _MIN_INDEX = -(1 << 63)
 _MAX_INDEX = (1 << 63) - 1
 # A done event's literal up to this size is decoded whole (cheaper than slicing).
 _SHORT_LITERAL = 1 << 15
-
-
-def derive_call_id(response_id: str | None, index: int) -> str:
-    """A deterministic call id for providers that omit one (Gemini 2.x): the same
-    response and index always give the same id, never a random one."""
-    return "cgcall_" + digest_fields("call-id", response_id, index)[:24]
 
 
 def _cap_error(limit: int) -> str:
