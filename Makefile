@@ -3,12 +3,20 @@ PYTEST ?= $(PYTHON) -m pytest
 FUZZ_SECONDS ?= 600
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: install test lint typecheck demo bench bench-smoke bench-huge bench-store bench-report fuzz fuzz-smoke clean
+.PHONY: install installed test lint typecheck demo bench bench-smoke bench-huge bench-store bench-report fuzz fuzz-smoke clean
 
 install:
 	$(PYTHON) -m pip install -e '.[dev,fuzz,bench]'
 
-test:
+# `make demo` and `make test` work on a fresh clone: when `callgate` is not importable
+# from this checkout (not installed, or installed from another clone, whose code the
+# tests would then run), install this one first (editable, with the test extras).
+installed:
+	@$(PYTHON) -c "import pathlib, sys, callgate.engine as e; \
+	sys.exit(pathlib.Path(e.__file__).resolve().parent != pathlib.Path('engine').resolve())" \
+	2>/dev/null || $(PYTHON) -m pip install -e '.[dev]'
+
+test: installed
 	$(PYTEST) -q
 
 # mypy does not follow setuptools' editable import hook, so type-check through a link
@@ -23,7 +31,7 @@ lint: typecheck
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check engine adapters
 
-demo:
+demo: installed
 	$(PYTHON) -m callgate.engine.cli demo
 
 bench:
