@@ -561,3 +561,36 @@ def test_random_streams_in_random_chunks_match_the_reference() -> None:
     for _ in range(200):
         body = b"".join(rng.choice(pieces) + rng.choice([b"\n", b"\r", b"\r\n"]) for _ in range(40))
         assert decode3(body, seed=rng.randrange(1000)) == reference(body)
+
+
+# Streams that look like the shapes the decoder splits with a few C-level calls (a chunk
+# of `data: <value>` events, LF or CRLF; a chunk of `event:` + `data:` pairs) but are
+# not quite: each must go the line-by-line way and give what the rules give.
+NEAR_FAST_SHAPES = [
+    # A pair block with a third, non-blank line: one event of type b, data "x\ny".
+    b"event: a\ndata: x\n: keep\nevent: b\ndata: y\n\nevent: c\ndata: z\n\n",
+    b"event: a\ndata: x\nid: 7\n\nevent: b\ndata: y\n\n",
+    # A later data line without the space after its colon.
+    b"event: a\ndata: x\n\nevent: b\ndata:y\n\nevent: c\ndata: z\n\n",
+    b"event: a\ndata: x\n\nevent: b\nid: 3\n\nevent: c\ndata: z\n\n",
+    # A value hiding another line (LF, then CRLF framing with a bare CR inside).
+    b"data: x\ndata: y\n\ndata: z\n\n",
+    b"data: x\rdata: y\r\n\r\ndata: z\r\n\r\n",
+    # CRLF events, then a complete line of an event still arriving.
+    b"data: a\r\n\r\ndata: b\r\nid: 3\r\n\r\ndata: c\r\n\r\n",
+    b"data: a\r\n\r\ndata: b\rid: 3\r\n\r\ndata: c\r\n\r\n",
+    b"retry: 5\r\ndata: a\r\n\r\n: c\r\ndata: b\r\n\r\n",
+    # Mixed line ends, and a comment block before the pairs.
+    b"event: a\r\ndata: x\r\n\r\nevent: b\ndata: y\n\n",
+    b": ping\n\nevent: a\ndata: x\n\nevent: a\ndata: y\n\n",
+]
+
+
+@pytest.mark.parametrize("body", NEAR_FAST_SHAPES)
+def test_near_fast_shapes_follow_the_rules_at_every_split(body: bytes) -> None:
+    expected = (reference(body), None)
+    assert decode3(body) == expected[0]
+    for i in range(len(body) + 1):
+        assert run([body[:i], body[i:]]) == expected, i
+        for j in range(i, len(body) + 1):
+            assert run([body[:i], body[i:j], body[j:]]) == expected, (i, j)
