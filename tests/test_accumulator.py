@@ -13,6 +13,7 @@ from callgate.engine.core.events import (
     CallDone,
     CallStarted,
     Completion,
+    ContinuationItem,
     EngineEvent,
     ProviderError,
     RefusalDelta,
@@ -124,12 +125,14 @@ def test_protocol_violations_raise(events: list[EngineEvent]) -> None:
             turn.apply(ev)
 
 
+# A small cap, and one past the size at which held fragments are compacted (4,096 code
+# points), reached by small fragments or by one that jumps straight to the cap.
 @pytest.mark.parametrize("delta", [-1, 0, 1])
-def test_per_call_byte_cap_edges(delta: int) -> None:
-    cap = 64
+@pytest.mark.parametrize(("cap", "split"), [(64, 10), (10_000, 10), (10_000, 3_000)])
+def test_per_call_byte_cap_edges(delta: int, cap: int, split: int) -> None:
     body = '{"s":"' + "x" * (cap - 8 + delta) + '"}'
     assert len(body) == cap + delta
-    out = run([*call(0, [body[:10], body[10:]]), OK], Limits(max_call_argument_bytes=cap))
+    out = run([*call(0, [body[:split], body[split:]]), OK], Limits(max_call_argument_bytes=cap))
     (c,) = out.calls
     if delta <= 0:
         assert c.arguments == {"s": "x" * (cap - 8 + delta)}
@@ -142,6 +145,22 @@ def test_per_call_cap_counts_utf8_bytes_exactly_on_join() -> None:
     body = '{"s":"' + "é" * 10 + '"}'  # 18 code points, 28 bytes
     out = run([*call(0, [body]), OK], Limits(max_call_argument_bytes=20))
     assert out.calls[0].arguments is None
+
+
+@pytest.mark.parametrize(("n", "fails"), [(3, False), (4, False), (5, True)])
+def test_continuation_items_cap_edges(n: int, fails: bool) -> None:
+    # The assembler's own count, whatever an adapter counts before it.
+    turn = TurnAssembler(Limits(max_continuation_items=4))
+    items = [ContinuationItem("reasoning", i, {"id": f"rs_{i}"}) for i in range(n)]
+    if fails:
+        with pytest.raises(LimitExceeded) as info:
+            for item in items:
+                turn.apply(item)
+        assert info.value.limit == "max_continuation_items"
+    else:
+        for ev in [*items, OK]:
+            turn.apply(ev)
+        assert len(turn.outcome().continuation) == n
 
 
 @pytest.mark.parametrize(("n", "fails"), [(3, False), (4, False), (5, True)])

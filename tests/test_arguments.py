@@ -73,6 +73,16 @@ def test_depth_cap_at_limit_minus_one_limit_and_plus_one() -> None:
         parse_arguments(_nested(DEPTH + 1), DEPTH)
 
 
+def test_depth_cap_of_zero_refuses_every_object_and_one_allows_a_flat_one() -> None:
+    # (Limits accepts 0 as a test's cap: it refuses everything but "no arguments".)
+    with pytest.raises(ArgumentsRejected, match="deeper"):
+        parse_arguments(b'{"a":1}', 0)
+    assert parse_arguments(b"", 0) == {}
+    assert parse_arguments(b'{"a":1}', 1) == {"a": 1}
+    with pytest.raises(ArgumentsRejected, match="deeper"):
+        parse_arguments(b'{"a":[]}', 1)
+
+
 def test_hostile_deep_nesting_is_rejected_not_a_crash() -> None:
     with pytest.raises(ArgumentsRejected):
         parse_arguments(b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}", DEPTH)
