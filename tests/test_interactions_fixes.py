@@ -283,3 +283,19 @@ def test_step_payloads_are_not_held_for_the_whole_stream() -> None:
         held, big = _held(chunks)
         assert held < 1 << 20, f"{held} bytes held"
         assert big.kind is OutcomeKind.TOOL_PROPOSALS and len(big.calls) == 5
+
+
+def test_an_argument_delta_is_read_by_its_json_type_on_every_path() -> None:
+    # A server whose `event:` name and JSON `event_type` disagree: the adapter goes by the
+    # JSON type, so a "delta" that says it is a step stop closes the call step early
+    # and the real stop that follows fails the turn, however the stream is chunked
+    # (a run of argument fragments is taken on a fast path that reads the name first).
+    name = "steps_api_function_call_requires_action.converted.sse"
+    body = (FIXTURES / "gemini_interactions" / name).read_bytes()
+    delta = b'"type":"arguments_delta"},"event_type":"step.delta"}'
+    assert body.count(delta) == 1
+    body = body.replace(delta, b'"type":"arguments_delta"},"event_type":"step.stop"}')
+    whole = decode("gemini_interactions", [body])
+    assert whole.kind is OutcomeKind.FAILED, whole.stop_reason
+    for mode, chunks in chunkings(body, seed=3):
+        assert decode("gemini_interactions", chunks) == whole, mode
