@@ -594,3 +594,48 @@ def test_near_fast_shapes_follow_the_rules_at_every_split(body: bytes) -> None:
         assert run([body[:i], body[i:]]) == expected, i
         for j in range(i, len(body) + 1):
             assert run([body[:i], body[i:j], body[j:]]) == expected, (i, j)
+
+
+def _fast_shaped_stream(rng: random.Random) -> bytes:
+    """Blocks of the shapes real streams use (event + data pairs, or data alone), one
+    line end throughout, with at most one perturbation of a kind the fast paths must
+    hand to the line-by-line rules."""
+    end = rng.choice([b"\n", b"\r\n"])
+    paired = rng.random() < 0.5
+    blocks = []
+    for i in range(rng.randint(1, 8)):
+        lines = [b'data: {"n":%d}' % i]
+        if paired:
+            lines.insert(0, b"event: " + rng.choice([b"a", b"b", b"content_block_delta"]))
+        blocks.append(lines)
+    kinds = ["none", "third", "merged", "nospace", "bare_cr", "comment", "id", "crlf"]
+    perturb = rng.choice(kinds)
+    block = rng.choice(blocks)
+    if perturb == "merged" and len(blocks) > 1:
+        # Two blocks made one by a line between them instead of the blank line: one event.
+        i = rng.randrange(len(blocks) - 1)
+        blocks[i : i + 2] = [[*blocks[i], rng.choice([b"id: 7", b": keep"]), *blocks[i + 1]]]
+    elif perturb == "third":
+        block.append(rng.choice([b"id: 7", b": keep", b"retry: 5", b"data: more"]))
+    elif perturb == "nospace":
+        block[-1] = block[-1].replace(b"data: ", b"data:")
+    elif perturb == "bare_cr":
+        block[-1] = block[-1] + b"\rdata: cr"
+    elif perturb == "comment":
+        blocks.insert(rng.randrange(len(blocks) + 1), [b": ping"])
+    elif perturb == "id":
+        block.insert(0, b"id: 42")
+    elif perturb == "crlf":
+        block[0] = block[0] + (b"\r\n" if end == b"\n" else b"\n")
+    return b"".join(end.join(lines) + end + end for lines in blocks)
+
+
+def test_fast_shaped_streams_with_one_perturbation_match_the_reference() -> None:
+    rng = random.Random(2026)
+    for _ in range(300):
+        body = _fast_shaped_stream(rng)
+        expected = (reference(body), None)
+        assert decode3(body, seed=rng.randrange(1000)) == expected[0], body
+        for _ in range(8):
+            i, j = sorted(rng.randrange(len(body) + 1) for _ in range(2))
+            assert run([body[:i], body[i:j], body[j:]]) == expected, (body, i, j)
