@@ -429,3 +429,49 @@ async def test_a_consumed_approval_whose_policy_changed_escalates(tmp_path: Path
     assert done.state is OpState.ESCALATED and done.stop is not None
     assert done.stop.input is OpInput.OUTCOME_UNKNOWN_UNRECONCILABLE
     assert ran == [CITY]
+
+
+# --- an approval row counts only for the call and operation it was created for ---------
+
+
+@pytest.mark.parametrize("forged_field", ["operation_id", "call_id"])
+async def test_an_approval_row_of_another_call_or_operation_never_authorizes(
+    tmp_path: Path, forged_field: str
+) -> None:
+    """A snapshot whose approval id points at a row made for another operation or another
+    call (a corrupted or tampered snapshot), the row approved, and everything else about it
+    the same (tool, schema, policy, argument digest): the call is not authorized and never
+    runs, and the row is left as it was, never consumed."""
+    ran: list[str] = []
+    turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)]
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        paused = await runner(server.base_url, registry(ran), store).start("Weather?")
+        assert paused.state is OpState.WAITING_APPROVAL
+        (own_id,) = paused.pending_approvals
+        own = await store.get_approval(own_id)
+        assert own is not None
+        forged_values = {"operation_id": "op-someone-else", "call_id": "call_someone_else"}
+        forged = msgspec.structs.replace(
+            own, approval_id="ap-forged", **{forged_field: forged_values[forged_field]}
+        )
+        await store.create_approval(forged)
+        await store.decide_approval("ap-forged", True, "alice", "ok", now=time.time())
+        await store.decide_approval(own_id, False, "bob", "no", now=time.time())
+
+        row = await store.get_operation(paused.operation_id)
+        assert row is not None
+        snap = SNAPSHOT_DECODER.decode(row.snapshot)
+        assert snap.approvals == {own.call_id: own_id}
+        snap.approvals = {own.call_id: "ap-forged"}
+        await store.save_operation(
+            msgspec.structs.replace(row, snapshot=msgspec.json.encode(snap)),
+            expected_version=row.version,
+            fencing_token=row.fencing_token,
+        )
+
+        done = await runner(server.base_url, registry(ran), store).resume(paused.operation_id)
+        left = await store.get_approval("ap-forged")
+    assert done.state is OpState.COMPLETED
+    assert [(c.call_id, c.status) for c in done.calls] == [(own.call_id, "denied")]
+    assert ran == []
+    assert left is not None and left.status is ApprovalStatus.APPROVED

@@ -292,6 +292,16 @@ async def test_decide_1ms_after_expiry_is_expired(store: Store) -> None:
 
 
 @all_backends
+async def test_a_decision_at_the_exact_expiry_instant_is_expired(store: Store) -> None:
+    """Expiry is inclusive (``now >= expires_at``) for deciding, as for consuming."""
+    await store.create_approval(approval(expires_at=NOW + 60))
+    with pytest.raises(ApprovalExpired):
+        await store.decide_approval("ap-1", True, "alice", None, now=NOW + 60)
+    row = await store.get_approval("ap-1")
+    assert row is not None and row.status is ApprovalStatus.EXPIRED and row.approver is None
+
+
+@all_backends
 async def test_consume_1ms_before_and_after_expiry(store: Store) -> None:
     await store.create_approval(approval("ap-1", expires_at=NOW + 60))
     await store.create_approval(approval("ap-2", expires_at=NOW + 60))

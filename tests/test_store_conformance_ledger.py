@@ -210,3 +210,11 @@ async def test_prune_removes_only_old_finished_rows(store: Store) -> None:
     assert await store.prune_ledger(now=now + 10**9, older_than=0) == 1
     assert await store.ledger_get(T, "old-unknown") is not None
     assert await store.ledger_get(T, "old-in-flight") is not None
+    # The window is exclusive: a row exactly ``older_than`` old stays, one a second older
+    # goes (integral times, so the cutoff's arithmetic is exact on every backend).
+    for key, at in (("edge", now + 1000.0), ("past-edge", now + 999.0)):
+        await store.ledger_begin(T, key, "D", "o", now=at)
+        await store.ledger_finish(T, key, "o", LedgerState.SUCCEEDED, b"r", now=at)
+    assert await store.prune_ledger(now=now + 1100.0, older_than=100.0) == 1
+    assert await store.ledger_get(T, "edge") is not None
+    assert await store.ledger_get(T, "past-edge") is None
