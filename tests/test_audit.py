@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
+import json
 import random
 import re
 from pathlib import Path
@@ -184,6 +187,71 @@ def test_trails_can_continue_from_a_known_head(trail: list[AuditRecord]) -> None
     report = verify_trail(more, start_seq=N, start_prev=trail[-1].digest)
     assert report.ok and report.head == chain.head == more[-1].digest
     assert verify_trail(more).first_broken == 0
+
+
+def _by_hand(record: AuditRecord, secret: bytes | None = None) -> str:
+    """A record's digest as the module docstring defines it, computed with the standard
+    library alone: SHA-256 (or HMAC-SHA256) of the compact, key-sorted JSON array
+    ["callgate-audit-v1", prev_digest, body], body being the record without ``digest``."""
+    body = {f: getattr(record, f) for f in record.__struct_fields__ if f != "digest"}
+    text = json.dumps(
+        ["callgate-audit-v1", record.prev_digest, body],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).encode()
+    if secret is None:
+        return hashlib.sha256(text).hexdigest()
+    return hmac.new(secret, text, hashlib.sha256).hexdigest()
+
+
+def test_an_auditor_recomputes_every_digest_by_hand(trail: list[AuditRecord]) -> None:
+    for record in trail[:50]:
+        assert record.digest == _by_hand(record)
+    for record in build_trail(20, SECRET):
+        assert record.digest == _by_hand(record, SECRET)
+
+
+def test_an_empty_trail_reaches_only_the_start_as_its_head(trail: list[AuditRecord]) -> None:
+    assert verify_trail([], expected_head=GENESIS).ok
+    report = verify_trail([], expected_head=trail[-1].digest)
+    assert (report.ok, report.count, report.first_broken) == (False, 0, 0)
+    assert "expected head" in report.reason
+
+
+def test_a_rewritten_record_is_named_as_such_by_the_record_after_it(
+    trail: list[AuditRecord],
+) -> None:
+    """The record after a rewritten one is intact; the reason says its predecessor was
+    replaced, not that it was edited itself."""
+    k = N // 3
+    report = verify_trail([*trail[:k], _forge(trail[k - 1], k, None), *trail[k + 1 :]])
+    assert report.first_broken == k + 1
+    assert report.reason.startswith(f"record {k + 1} does not link to record {k} ")
+
+
+def test_a_chain_numbered_from_elsewhere_is_out_of_sequence() -> None:
+    """Each record's own digest and link hold, but its numbering starts at 5 from the
+    start of a trail (records 0-4 cut, the rest re-chained from GENESIS by someone who
+    recomputed the plain digests): the sequence gives it away."""
+    chain = AuditChain(start_seq=5)
+    records = [chain.append("state", ts=1.0, operation_id="op_1") for _ in range(3)]
+    report = verify_trail(records)
+    assert (report.ok, report.first_broken) == (False, 0)
+    assert "has seq 5, expected 0" in report.reason
+    assert verify_trail(records, start_seq=5).ok
+
+
+def test_sensitive_key_names_are_found_in_any_case_at_any_depth() -> None:
+    chain = AuditChain()
+    for value in (
+        {"Password": "7351"},
+        {"outer": [{"API_KEY": "sk-1"}]},
+        [{"a": {"Authorization": "Bearer x"}}],
+    ):
+        assert chain.redacts_keys_in(value), value
+        assert REDACTED in repr(chain.append("state", ts=1.0, operation_id="o", data={"v": value}))
+    assert not chain.redacts_keys_in({"user": "bob", "note": [{"city": "Paris"}]})
 
 
 # --- JSON lines ---------------------------------------------------------------------------
