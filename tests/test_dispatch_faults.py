@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import msgspec
+import orjson
 import pytest
 
 from callgate.engine.core.binding import request_digest
@@ -384,6 +385,46 @@ async def test_a_reconcile_that_finds_nothing_gives_the_key_back_as_unknown(
         row = await store.ledger_get(AUTH.tenant, key)
     assert result.status == "outcome_unknown" and result.unresolved and not result.ran
     assert row is not None and row.state is LedgerState.UNKNOWN and row.owner is None
+
+
+@pytest.mark.anyio
+async def test_a_write_whose_handler_raised_is_finished_failed_and_replayed(
+    tmp_path: Any,
+) -> None:
+    """The handler ran and failed: the key is finished FAILED with the error the model got
+    (never left in flight, which a retry would read as an outcome it cannot know), and a
+    retry under the same key answers that error without running the write again."""
+    from callgate.engine.store.base import LedgerState
+    from callgate.engine.store.sqlite import SQLiteStore
+
+    runs: list[int] = []
+
+    async def charge(args: N, ctx: ToolContext) -> int:
+        runs.append(args.n)
+        raise RuntimeError("card declined")
+
+    spec = ToolSpec(
+        name="charge", description="d", args_type=N, handler=charge, risk=RiskClass.WRITE
+    )
+    (item,) = _executables(Registry([spec]), ["charge"])
+    key = spec.idempotency_key(AUTH.operation_id, item.args)
+    async with SQLiteStore(str(tmp_path / "cg.db")) as store:
+        ctx = DispatchContext(
+            auth=AUTH,
+            store=store,
+            worker_id="w",
+            max_parallelism=4,
+            max_result_bytes=64 * 1024,
+            clock=lambda: 3.0,
+        )
+        (first,) = await execute_calls([item], ctx, remaining_seconds=5)
+        row = await store.ledger_get(AUTH.tenant, key)
+        (again,) = await execute_calls([item], ctx, remaining_seconds=5)
+    assert first.status == "handler_error" and first.ran
+    assert row is not None and row.state is LedgerState.FAILED and row.owner is None
+    assert row.result is not None and orjson.loads(row.result) == first.model_result
+    assert runs == [0]  # the retry replayed the failure
+    assert again.model_result == first.model_result and not again.ran
 
 
 _LOOP_STOPPED = """
