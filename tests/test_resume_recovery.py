@@ -23,9 +23,11 @@ import anyio
 import msgspec
 import pytest
 
+from callgate.engine.core.audit import verify_trail
 from callgate.engine.core.errors import ConfigError
 from callgate.engine.core.registry import Registry, Revisions, RiskClass, ToolContext, ToolSpec
 from callgate.engine.core.states import OpInput, OpState
+from callgate.engine.runtime.audit_sink import MemoryAuditSink
 from callgate.engine.runtime.loop import Runner
 from callgate.engine.runtime.operation import SNAPSHOT_DECODER
 from callgate.engine.runtime.progress import ProgressEvent, StateChanged
@@ -248,6 +250,46 @@ async def test_a_cancelled_resume_still_gives_its_claim_back(tmp_path: Path) -> 
         row = await store.get_operation(op_id)
     assert row is not None and row.owner is None
     assert row.state == OpState.WAITING_APPROVAL.value
+
+
+async def test_a_failed_start_taken_over_meanwhile_leaves_the_new_owner_alone(
+    tmp_path: Path,
+) -> None:
+    """Another worker took the operation over (its claim fenced this one out) while this
+    start was failing: the failed drive neither releases the new owner's claim nor chains
+    its own end into the trail (the operation is no longer its to end)."""
+    ran: list[str] = []
+    sink = MemoryAuditSink()
+    taken: list[int | None] = []
+
+    async def taken_over_then_failing(event: ProgressEvent) -> None:
+        if isinstance(event, StateChanged) and event.new == "validating" and not taken:
+            taken.append(
+                await store.claim_operation(
+                    "op_taken", "w-new", now=time.time() + 3600, stale_after=1.0
+                )
+            )
+            raise HostBug("progress sink failed after the takeover")
+
+    turns = [ReplayTurn.from_file(WEATHER_CALL), ReplayTurn.from_file(FINAL)]
+    async with ReplayServer(turns) as server, SQLiteStore(tmp_path / "db") as store:
+        failing = runner(
+            server.base_url,
+            registry(ran),
+            store,
+            progress=taken_over_then_failing,
+            audit=sink.write,
+            worker_id="w-old",
+        )
+        with pytest.raises(HostBug):
+            await failing.start("Weather?", operation_id="op_taken")
+        row = await store.get_operation("op_taken")
+    assert taken and taken[0] is not None  # the takeover happened, with a new token
+    assert row is not None and (row.owner, row.fencing_token) == ("w-new", taken[0])
+    states = [r.data["to"] for r in sink.records if r.kind == "state"]
+    assert OpState.ESCALATED.value not in states and states[-1] == "validating"
+    assert verify_trail(sink.lines).ok
+    assert ran == []
 
 
 # --- a claim whose owner went silent ----------------------------------------------------
