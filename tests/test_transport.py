@@ -191,6 +191,51 @@ async def test_400_fails_without_retry_and_keeps_provider_text_out_of_the_status
     assert len(server.requests) == 1
 
 
+
+@pytest.mark.parametrize(
+    ("status", "retried"),
+    [
+        *((s, True) for s in (408, 409, 429, 500, 502, 503, 504, 529)),
+        *((s, False) for s in (400, 401, 403, 404, 413, 422, 501, 505)),
+    ],
+)
+@pytest.mark.anyio
+async def test_which_statuses_are_retried(status: int, retried: bool) -> None:
+    """Transient statuses (those the official OpenAI and Anthropic clients retry, but 501
+    and 505, which say the server never does this) get one more attempt; the rest fail at
+    once with their status."""
+    turns = [ReplayTurn.json_error(status), ReplayTurn(body=TOOL_STREAM)]
+    attempt, server = await _run(turns)
+    assert len(server.requests) == (2 if retried else 1)
+    if retried:
+        assert attempt.outcome.complete and attempt.retried_statuses == (status,)
+    else:
+        assert attempt.outcome.kind is OutcomeKind.FAILED and attempt.outcome.error is not None
+        assert (attempt.outcome.error.status, attempt.outcome.error.retryable) == (status, False)
+
+
+@pytest.mark.parametrize(
+    ("status", "hint", "retried"),
+    [
+        (400, "true", True),
+        (503, "false", False),
+        (503, "maybe", True),  # anything but true/false is no answer: the status decides
+        (400, "", False),
+    ],
+)
+@pytest.mark.anyio
+async def test_the_providers_x_should_retry_header_overrides_the_status(
+    status: int, hint: str, retried: bool
+) -> None:
+    turns = [
+        ReplayTurn.json_error(status, headers={"x-should-retry": hint}),
+        ReplayTurn(body=TOOL_STREAM),
+    ]
+    attempt, server = await _run(turns)
+    assert len(server.requests) == (2 if retried else 1)
+    assert attempt.outcome.complete is retried
+
+
 @pytest.mark.anyio
 async def test_retries_are_bounded_by_max_attempts() -> None:
     sleep = SleepRecorder()

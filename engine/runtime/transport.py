@@ -68,10 +68,12 @@ __all__ = [
     "tls_context",
 ]
 
-# Rate limited (429), server errors that providers document as transient (500, 502, 503,
-# 504) and Anthropic's "overloaded" (529). Other 4xx are the request's fault: retrying
-# cannot help.
-RETRY_STATUSES: frozenset[int] = frozenset({429, 500, 502, 503, 504, 529})
+# Request timeout (408) and lock timeout (409), as the official OpenAI and Anthropic
+# clients retry them; rate limited (429); server errors that providers document as
+# transient (500, 502, 503, 504) and Anthropic's "overloaded" (529). Other 4xx are the
+# request's fault, and 501/505 the server saying it never does this: retrying cannot
+# help. A provider's ``x-should-retry`` header overrides the set either way (below).
+RETRY_STATUSES: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
 # Error bodies are JSON objects of a few hundred bytes; 64 KiB keeps a hostile or
 # misconfigured endpoint (an HTML error page, an endless body) from being held.
@@ -175,6 +177,8 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     The n-th retry waits ``min(max_delay, base_delay * 2**(n-1))``, reduced by up to
     ``jitter`` (a fraction) at random so that many clients do not retry in lockstep. A
     ``retry-after`` from the provider replaces the backoff, capped by ``max_delay``.
+    An HTTP error is retried when its status is in ``retry_statuses``, unless the
+    response's ``x-should-retry`` header says ``false``; ``true`` retries any status.
     """
 
     # Three attempts ride out a brief overload without multiplying a long outage's cost.
@@ -532,7 +536,10 @@ def _failure(
 
 def _http_failure(response: httpx.Response, body: bytes, retry_statuses: frozenset[int]) -> _Result:
     status = response.status_code
-    retryable = status in retry_statuses
+    # OpenAI and Anthropic say per response whether a retry can help (their own clients
+    # obey it before looking at the status); anything but "true"/"false" is no answer.
+    hint = response.headers.get("x-should-retry")
+    retryable = hint == "true" or (hint != "false" and status in retry_statuses)
     code, message = error_fields(body)
     outcome = TurnOutcome(
         kind=OutcomeKind.FAILED,
