@@ -146,6 +146,30 @@ def test_responses_terminal_arguments_that_differ_reject_the_call() -> None:
     assert decode_all_ways("openai_responses", spoiled).calls == out.calls
 
 
+def test_responses_terminal_arguments_that_differ_without_a_status_reject_the_call() -> None:
+    # A terminal function_call item that gives no status (compatible servers leave it
+    # out) is read as completed: its arguments are still held to the streamed ones.
+    no_status = {k: v for k, v in DONE_CALL.items() if k != "status"}
+    body = named(CREATED, *streamed_call(), completed(no_status | {"arguments": '{"amount":999}'}))
+    out = decode_all_ways("openai_responses", body)
+    assert out.kind is OutcomeKind.TOOL_PROPOSALS
+    (call,) = out.calls
+    assert call.arguments is None
+    assert call.error == "done events disagree about the arguments"
+
+
+def test_responses_terminal_output_is_not_the_done_signal_of_a_call_that_got_none() -> None:
+    # A call whose arguments.done and output_item.done never came stays incomplete even
+    # when the terminal output lists it completed with its arguments: that list is read
+    # against the done events, never taken for one (the call must not become runnable).
+    body = named(CREATED, *streamed_call()[:2], completed(DONE_CALL))
+    out = decode_all_ways("openai_responses", body)
+    assert out.calls == ()
+    [incomplete] = out.incomplete_calls
+    assert incomplete.call_id == "call_1"
+    assert out.kind is OutcomeKind.TRUNCATED
+
+
 def test_responses_terminal_call_with_another_name_fails_the_turn() -> None:
     body = named(CREATED, *streamed_call(), completed(DONE_CALL | {"name": "delete_account"}))
     out = decode_all_ways("openai_responses", body)

@@ -13,7 +13,7 @@ import pytest
 
 from callgate.adapters.render import RenderCall, render_turn
 from callgate.engine import TurnOutcome, decode
-from callgate.engine.core.pieces import RUN, TextPieces
+from callgate.engine.core.pieces import RUN, RUN_CHARS, TextPieces
 
 from .conftest import FAMILIES
 
@@ -87,3 +87,92 @@ def test_short_pieces_are_joined_and_long_ones_kept_as_they_are() -> None:
     assert held[0] == "".join(short) and len(held) == 1 + len(long) + 1
     assert all(a is b for a, b in zip(held[1:], [*long, "tail"], strict=True))
     assert pieces.joined() == "".join([*short, *long, "tail"]) and len(pieces) == len(held)
+
+
+def test_a_run_of_exactly_run_chars_is_joined_and_one_more_is_kept_apart() -> None:
+    # RUN_CHARS is the longest run joined (the bound is inclusive), one character more
+    # and the run's pieces are kept as they are.
+    size = RUN_CHARS // RUN
+    at_bound = [chr(97 + i % 26) * size for i in range(RUN)]
+    over = [*at_bound[:-1], at_bound[-1] + "z"]
+    for pieces_in, runs in ((at_bound, 1), (over, RUN)):
+        pieces = TextPieces()
+        for piece in pieces_in:
+            pieces.add(piece)
+        assert len(pieces) == runs
+        assert pieces.joined() == "".join(pieces_in)
+        # Text held all in joined runs (no loose piece left) is still text.
+        assert pieces
+
+
+@pytest.mark.parametrize("count", [RUN - 1, RUN, 2 * RUN])
+def test_a_thinking_block_of_a_whole_number_of_runs_is_echoed_whole(count: int) -> None:
+    # A block whose deltas fill whole runs holds no loose piece: it must still count as
+    # text, or the echo would drop the thinking the API asks to be sent back.
+    def ev(payload: dict[str, object]) -> str:
+        return f"event: {payload['type']}\ndata: {json.dumps(payload)}\n\n"
+
+    thinking = [f"t{i:03d} " for i in range(count)]
+    start = {"type": "thinking", "thinking": "", "signature": ""}
+    events = [
+        ev(
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "m",
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": {"input_tokens": 1, "output_tokens": 1},
+                },
+            }
+        ),
+        ev({"type": "content_block_start", "index": 0, "content_block": start}),
+        *(
+            ev(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "thinking_delta", "thinking": piece},
+                }
+            )
+            for piece in thinking
+        ),
+        ev(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "signature_delta", "signature": "SIG"},
+            }
+        ),
+        ev({"type": "content_block_stop", "index": 0}),
+        ev(
+            {
+                "type": "content_block_start",
+                "index": 1,
+                "content_block": {"type": "text", "text": ""},
+            }
+        ),
+        ev(
+            {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {"type": "text_delta", "text": "Hi."},
+            }
+        ),
+        ev({"type": "content_block_stop", "index": 1}),
+        ev(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 2},
+            }
+        ),
+        ev({"type": "message_stop"}),
+    ]
+    out = decode("anthropic", ["".join(events).encode()])
+    assert out.text == "Hi."
+    [block] = [c.item for c in out.continuation if c.item.get("type") == "thinking"]
+    assert block["thinking"] == "".join(thinking) and block["signature"] == "SIG"

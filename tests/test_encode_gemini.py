@@ -5,8 +5,10 @@ PROVIDERS.md §4a gives."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
+import pytest
 
 from callgate.adapters.gemini import ADAPTER
 from callgate.engine.core.adapter import HttpRequestSpec, ModelResult, ToolDeclaration
@@ -121,6 +123,90 @@ def test_echo_falls_back_to_the_usual_order_when_the_part_order_does_not_fit() -
     # An outcome whose text no longer matches its order (edited, or from elsewhere).
     edited = msgspec.structs.replace(outcome, text="abc")
     assert ADAPTER.assistant_echo(edited)[0]["parts"] == [{"text": "abc", "thoughtSignature": "S2"}]
+
+
+def _ordered_stream_outcome() -> Any:
+    """The turn of the order test above: a thought, text, a call, text, a call."""
+    call_a = {"functionCall": {"name": "a", "args": {"x": 1}, "id": "c1"}, "thoughtSignature": "C1"}
+    call_b = {"functionCall": {"name": "b", "args": {}, "id": "c2"}}
+    chunks = [
+        candidate({"text": "think", "thought": True, "thoughtSignature": "T"}),
+        candidate({"text": "First "}, {"text": "I look.", "thoughtSignature": "S1"}),
+        candidate(call_a),
+        candidate({"text": "Then "}),
+        candidate({"text": "more.", "thoughtSignature": "S2"}, call_b, finish="STOP"),
+    ]
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
+    return decode("gemini", [body])
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        # The thought twice: the echo would repeat it.
+        [
+            ["thought", 0],
+            ["thought", 0],
+            ["text", 0, 13],
+            ["call", 0],
+            ["text", 13, 23],
+            ["call", 1],
+        ],
+        # A call twice: the echo would propose it twice.
+        [["thought", 0], ["text", 0, 13], ["call", 0], ["call", 0], ["text", 13, 23], ["call", 1]],
+        # A text run that does not start where the one before ended.
+        [["thought", 0], ["text", 0, 13], ["call", 0], ["text", 5, 23], ["call", 1]],
+        # The thought left out: the echo would drop it (and its signature).
+        [["text", 0, 13, "S1"], ["call", 0], ["text", 13, 23, "S2"], ["call", 1]],
+        # A call left out: the echo would drop a call whose result the next request sends.
+        [["thought", 0], ["text", 0, 13, "S1"], ["call", 0], ["text", 13, 23, "S2"]],
+    ],
+    ids=["thought_twice", "call_twice", "text_gap", "thought_missing", "call_missing"],
+)
+def test_a_part_order_that_does_not_account_for_each_part_once_falls_back(
+    parts: list[list[Any]],
+) -> None:
+    """``gemini_part_order`` is followed only when it names every thought and call exactly
+    once and covers the text without gaps; any other order (an outcome edited or read
+    back from elsewhere) gives the usual order: thoughts, the text, the calls."""
+    outcome = _ordered_stream_outcome()
+    [detail] = outcome.provider_details
+    assert detail.kind == "gemini_part_order"
+    tampered = msgspec.structs.replace(
+        outcome, provider_details=(msgspec.structs.replace(detail, data={"parts": parts}),)
+    )
+    [message] = ADAPTER.assistant_echo(tampered)
+    assert message["parts"] == [
+        {"text": "think", "thought": True, "thoughtSignature": "T"},
+        {"text": "First I look.Then more.", "thoughtSignature": "S2"},
+        {"functionCall": {"name": "a", "args": {"x": 1}, "id": "c1"}, "thoughtSignature": "C1"},
+        {"functionCall": {"name": "b", "args": {}, "id": "c2"}},
+    ]
+
+
+def test_echo_keeps_an_empty_text_part_that_carries_a_signature() -> None:
+    """An empty text part before the calls that carries a ``thoughtSignature`` is echoed
+    (empty text, its signature): dropping it would lose the signature the API asks back."""
+    call = {"functionCall": {"name": "a", "args": {"x": 1}, "id": "c1"}, "thoughtSignature": "C1"}
+    chunks = [candidate({"text": "", "thoughtSignature": "S"}), candidate(call, finish="STOP")]
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
+    outcome = decode("gemini", [body])
+    assert outcome.kind is OutcomeKind.TOOL_PROPOSALS and outcome.text == ""
+    assert ADAPTER.assistant_echo(outcome) == [
+        {"role": "model", "parts": [{"text": "", "thoughtSignature": "S"}, call]}
+    ]
+
+
+def test_echo_of_a_call_without_arguments_sends_an_empty_object() -> None:
+    """A call whose arguments were rejected (``arguments`` None) is echoed with
+    ``"args": {}``, never ``null``: the API takes an object there."""
+    outcome = decode("gemini", [read("function_call_with_id_gemini3flash.sse")])
+    [call] = outcome.calls
+    rejected = msgspec.structs.replace(call, arguments=None, error="rejected")
+    edited = msgspec.structs.replace(outcome, calls=(rejected,))
+    [message] = ADAPTER.assistant_echo(edited)
+    [part] = message["parts"]
+    assert part["functionCall"]["args"] == {}
 
 
 def test_results_are_function_responses_with_ids_only_for_provider_ids() -> None:

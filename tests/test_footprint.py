@@ -76,6 +76,21 @@ def test_counting_stops_past_the_budget() -> None:
     assert footprint(value, 10, exact) == exact
 
 
+def test_counting_stops_at_the_first_node_past_the_budget() -> None:
+    # A chain of nested lists, each level one node: the walk stops at the first node
+    # that takes the charge past the budget (the JSON size counted in), so refusing a
+    # hostile value costs the budget's worth of nodes, not the value's.
+    chain: list[Any] = []
+    for _ in range(100_000):
+        chain = [chain]
+    size = 1_000_000  # most of the budget is the JSON size itself
+    budget = size + NODE_BYTES * 10
+    charge = footprint(chain, size, budget)
+    assert budget < charge <= budget + NODE_BYTES
+    # Within the budget, every node counts.
+    assert footprint([[[]]], 7, 7 + NODE_BYTES * 3) == 7 + NODE_BYTES * 3
+
+
 # --- the adapters that keep opaque JSON -----------------------------------------------
 
 BULK = [[] for _ in range(30_000)]  # 90 KB of JSON, about 2 MB decoded

@@ -191,7 +191,6 @@ async def test_400_fails_without_retry_and_keeps_provider_text_out_of_the_status
     assert len(server.requests) == 1
 
 
-
 @pytest.mark.parametrize(
     ("status", "retried"),
     [

@@ -6,10 +6,12 @@ every family."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from callgate.engine import OpState, Registry, RiskClass, ToolContext, ToolSpec
-from callgate.engine.core.adapter import load_adapter
+from callgate.engine.core.adapter import load_adapter, unsendable_call
 from callgate.engine.core.outcome import ProposedCall
 from callgate.engine.core.states import OpInput
 from callgate.engine.runtime.replay import ReplayServer
@@ -105,3 +107,13 @@ def test_call_ids_are_not_held_to_a_pattern_and_names_are_per_family() -> None:
         adapter = load_adapter(provider)
         assert adapter.unsendable(_call("A_b-9" * 12)) is None, provider  # type: ignore[attr-defined]
     assert set(BAD_NAME) == set(FAMILIES)
+
+
+def test_a_call_id_pattern_judges_the_models_ids_never_a_derived_one() -> None:
+    # unsendable_call's optional id pattern (for a family whose API refuses some ids):
+    # an id callgate derived is never sent, so it is never held to the pattern.
+    name, call_id = re.compile(r"[A-Za-z0-9_-]{1,64}"), re.compile(r"toolu_[A-Za-z0-9]+")
+    assert unsendable_call(_call("pay", "cg:0", derived=True), name, call_id) is None
+    reason = unsendable_call(_call("pay", "cg:0"), name, call_id)
+    assert reason is not None and "call id 'cg:0'" in reason
+    assert unsendable_call(_call("pay", "toolu_01"), name, call_id) is None

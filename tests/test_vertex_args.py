@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from callgate.adapters import _vertex_args
 from callgate.adapters._vertex_args import PartialArg, StreamedArguments
-from callgate.engine.core.errors import LimitExceeded
+from callgate.engine.core.errors import LimitExceeded, StreamProtocolError
 from callgate.engine.core.limits import DEFAULT_LIMITS, Limits
 
 # Keys as _parse_path reads them, plus characters it rejects (a non-simple path).
@@ -155,3 +155,61 @@ def test_a_path_deeper_than_the_cap_is_refused_when_it_arrives() -> None:
     args.add([PartialArg("$" + ".ab" * (DEFAULT_LIMITS.max_json_depth + 1), number_value=1)])
     assert args.error == f"arguments nest deeper than {DEFAULT_LIMITS.max_json_depth} levels"
     assert args.build() is None
+
+
+def test_a_path_exactly_at_the_depth_cap_is_kept() -> None:
+    # "." and "[" each open a level: $.a.b[0] is 3 levels, so a cap of 3 admits it and
+    # only a fourth level is refused (the cap is the deepest nesting allowed).
+    args = StreamedArguments(0, Limits(max_json_depth=3))
+    args.add([PartialArg("$.a.b[0]", number_value=1)])
+    assert args.error is None
+    assert args.build() == b'{"a":{"b":[1]}}'
+    deeper = StreamedArguments(0, Limits(max_json_depth=3))
+    deeper.add([PartialArg("$.a.b[0].c", number_value=1)])
+    assert deeper.error == "arguments nest deeper than 3 levels"
+
+
+def test_a_long_string_in_tiny_pieces_stays_within_the_bookkeeping_budget() -> None:
+    # Every _COMPACT pieces of a string are joined into one and their charge given back:
+    # a string streamed a character at a time holds about its size, so 5,000 pieces
+    # (320,000 bytes of piece charges if never given back) fit a 64 KiB budget.
+    n = 5000
+    pieces = [[_piece("$.s", "x", more=True)] for _ in range(n - 1)] + [[_piece("$.s", "x")]]
+    args = StreamedArguments(0, Limits(max_call_argument_bytes=65536))
+    for chunk in pieces:
+        args.add(chunk)
+    assert args.error is None and args.nbytes == len("$.s") + n
+    assert args.build() == b'{"s":"' + b"x" * n + b'"}'
+
+
+def test_a_refused_calls_later_pieces_count_a_repeated_path_once() -> None:
+    # Once refused, a streamed string's pieces (each repeating its path) add their text
+    # and the path only where it changes: the measure keeps nothing per path seen.
+    args = StreamedArguments(0, Limits(max_call_argument_bytes=4))
+    args.add([_piece("$.ab", "123", True)])  # 4 + 3 bytes: over the cap
+    assert args.error is not None and args.nbytes == 7
+    args.add([_piece("$.ab", "x", True), _piece("$.ab", "y", True), _piece("$.ab", "z")])
+    assert args.nbytes == 7 + 3  # the same path as before: only the text counts
+    args.add([_piece("$.cd", "u", True), _piece("$.cd", "v")])
+    assert args.nbytes == 10 + 4 + 2  # a new path counts once, then each piece's text
+
+
+@pytest.mark.parametrize("path", ["$.a[2]", "$.a[2].b"])
+def test_a_skipped_array_index_is_a_protocol_error(path: str) -> None:
+    # Arrays only grow by appending: index 2 after index 0 would need a guessed index 1,
+    # whether it is the path's last segment or a step on the way to a deeper member.
+    chunks = [[_piece("$.a[0]", 1)], [_piece(path, 2)]]
+    with pytest.raises(StreamProtocolError, match="skips an index"):
+        _build(chunks)
+
+
+def test_the_bookkeeping_budget_admits_a_charge_exactly_at_it() -> None:
+    # 127 scalar paths of one level (256 + 192 each), one string path (its first piece
+    # 64 + 448) and 127 more pieces of it (64 each) are charged 65,536: the budget (the
+    # call's cap) exactly, which is within it; one piece more is past it.
+    args = StreamedArguments(0, Limits(max_call_argument_bytes=65536))
+    args.add([PartialArg(f"$.k{i}", number_value=i) for i in range(127)])
+    args.add([_piece("$.s", "x", more=True) for _ in range(128)])
+    assert args.error is None
+    with pytest.raises(LimitExceeded, match="bookkeeping"):
+        args.add([_piece("$.s", "y", more=True)])
