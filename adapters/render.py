@@ -88,7 +88,8 @@ def _pieces(text: str, size: int) -> list[str]:
 
 
 def _half(text: str) -> str:
-    # At least one character and never the whole text: the cut call stays invalid JSON.
+    # Never the whole text, so a cut object stays invalid JSON; at least one character
+    # of two or more. A one-character text (never an object) is cut to nothing.
     return text[: max(1, len(text) // 2)] if len(text) > 1 else ""
 
 
