@@ -101,6 +101,21 @@ def test_audit_verify_names_the_first_tampered_record(
     assert shifted.stdout.startswith("record 42 (line 45): ")
 
 
+def test_a_broken_trail_of_one_operation_gets_no_several_operations_hint(
+    tmp_path: Path,
+) -> None:
+    # The hint to use --operation/--by-operation is for a file whose first record and
+    # broken record belong to different operations; one operation's edited trail is just
+    # broken, and the hint would send the operator looking for chains that are not there.
+    path = tmp_path / "audit.jsonl"
+    trail(path, n=5)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"".join(_edit(path.read_bytes().splitlines(keepends=True), 3)))
+    (proc,) = run_all(["audit", "verify", str(bad)])
+    assert proc.returncode == 1 and proc.stdout.startswith("record 3 (line 4): ")
+    assert proc.stderr == ""
+
+
 def test_audit_verify_with_a_secret_and_an_expected_head(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     head = trail(path, n=10, secret=b"s3cret-key")
@@ -205,6 +220,20 @@ def test_a_trail_without_records_proves_nothing(tmp_path: Path) -> None:
     assert (expected_empty.returncode, expected_empty.stdout) == (
         0,
         f"ok: 0 records, head {genesis}\n",
+    )
+
+
+def test_an_operation_with_no_record_fails_even_with_a_genesis_head(tmp_path: Path) -> None:
+    # A mistyped --operation (or a trail that lost all its records) verifies nothing: an
+    # --expected-head of a chain's start must not turn "0 records" into "ok" for it.
+    path = tmp_path / "audit.jsonl"
+    trail(path, n=3)
+    (proc,) = run_all(
+        ["audit", "verify", str(path), "--operation", "op_typo", "--expected-head", "0" * 64]
+    )
+    assert (proc.returncode, proc.stdout) == (
+        1,
+        "no record in the file belongs to operation 'op_typo'\n",
     )
 
 

@@ -8,6 +8,7 @@ tests/test_cli_admin.py's are; CI requires them)."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -23,7 +24,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from callgate.engine.cli_errors import scrub
+from callgate.engine.cli_audit import CliFailure
+from callgate.engine.cli_errors import innermost, refuse_undecodable, scrub
 from callgate.engine.core.errors import ConfigError, StoreError
 from callgate.engine.store import OperationRecord, open_store, redact_url
 from callgate.engine.store.url import url_secrets
@@ -316,6 +318,23 @@ def test_resume_of_a_snapshot_naming_an_unsendable_model_asks_for_model(
     assert "pass --model" in line and "\x1b" not in line
 
 
+def test_resume_of_a_snapshot_naming_an_unknown_provider_asks_for_provider(
+    tmp_path: Path,
+) -> None:
+    # A provider name this callgate does not know (another version's, or a garbled one) is
+    # a usage error (2, "pass --provider"), like a snapshot naming none: the operation
+    # still waits, and exit 1 would read "ended badly".
+    snapshot = json.dumps({"provider": "openai_chatt", "model": "gpt-4o"}).encode()
+    url = make_store(tmp_path / "callgate.db", operation("op_odd", snapshot))
+    proc = run_cli(
+        *("operations", "resume", "op_odd", "--registry", "tests.cli_tools:REGISTRY"),
+        *("--store", url),
+        env=cli_env(OPENAI_API_KEY="sk-test", OPENAI_BASE_URL="http://127.0.0.1:1"),
+    )
+    assert proc.returncode == 2
+    assert "pass --provider (one of anthropic, " in one_line(proc)
+
+
 # --- 7. non-UTF-8 arguments -----------------------------------------------------------------
 
 
@@ -412,6 +431,28 @@ def test_demo_workdir_that_is_a_file(tmp_path: Path) -> None:
     assert "--workdir" in one_line(proc)
 
 
+def test_the_demo_into_a_reader_that_went_away_ends_quietly(tmp_path: Path) -> None:
+    # The demo writes with print(), not cli_output: a reader that went away (| head) is a
+    # bare BrokenPipeError there, which must end as the shell's SIGPIPE status with
+    # nothing on stderr, like every other command's answer, never as a traceback.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [*CLI, "demo", "--scenario", "refusal", "--workdir", str(tmp_path / "w")],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=cli_env(),
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")
+
+
 def test_registry_callable_that_needs_arguments(tmp_path: Path) -> None:
     url = make_store(tmp_path / "callgate.db", operation("op_1", b"{}"))
     proc = run_cli(
@@ -427,6 +468,26 @@ def test_fixtures_with_a_directory_named_like_a_stream(tmp_path: Path) -> None:
     proc = run_cli("fixtures", str(tmp_path))
     assert proc.returncode == 2
     assert "odd.sse" in one_line(proc)
+
+
+def test_fixtures_of_a_directory_that_does_not_exist_is_a_usage_error(tmp_path: Path) -> None:
+    # A mistyped directory is unusable input (2), like an unreadable stream in it; 1 would
+    # read as "refused" by a store or record.
+    proc = run_cli("fixtures", str(tmp_path / "nope"))
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert one_line(proc) == f"callgate fixtures: no such directory {tmp_path / 'nope'}"
+
+
+def test_a_store_path_the_file_system_refuses_is_one_line(tmp_path: Path) -> None:
+    # A file name past the file system's limit: checking for the file raises OSError
+    # (ENAMETOOLONG) rather than saying "no such file"; it is a refusal (1) naming the
+    # store, not a traceback.
+    url = f"sqlite:///{tmp_path / ('a' * 300)}.db"
+    proc = run_cli("operations", "list", "--store", url)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    line = one_line(proc)
+    assert line.startswith(f"callgate operations list: store {url}: ")
+    assert "File name too long" in line
 
 
 # --- 11. a fragment in a SQLite URL ---------------------------------------------------------
@@ -461,6 +522,33 @@ def test_a_short_password_is_masked_as_a_credential_without_garbling_the_message
     )
 
 
+def test_a_secret_of_exactly_the_short_length_is_masked_wherever_it_appears() -> None:
+    # Only secrets shorter than 4 characters are masked just where they stand as a
+    # credential; a 4-character password quoted anywhere else by a driver is masked too.
+    assert scrub("auth failed for abcd at h", "postgresql://u:abcd@h/db") == (
+        "auth failed for *** at h"
+    )
+
+
+def test_only_a_path_argument_may_hold_bytes_that_are_not_utf8() -> None:
+    # A path is handed to the file system as it was typed (any bytes it allows); every
+    # other argument is stored, compared or printed, so it must be UTF-8 text.
+    path = os.fsdecode(b"/tmp/trail-\xff.jsonl")
+    refuse_undecodable(argparse.Namespace(audit_file=path, operation_id="op_1"), "sqlite:///x")
+    with pytest.raises(CliFailure, match="argument operation-id is not valid UTF-8") as info:
+        refuse_undecodable(argparse.Namespace(audit_file=None, operation_id=path), "sqlite:///x")
+    assert info.value.status == 2
+
+
+def test_only_a_group_of_one_failure_is_unwrapped() -> None:
+    # A task group wraps a single failure: that failure decides the exit status. A group
+    # of several is no single refusal (nor a single failed write) and stays what it is.
+    inner = OSError("x")
+    assert innermost(ExceptionGroup("g", [ExceptionGroup("h", [inner])])) is inner
+    several = ExceptionGroup("g", [inner, ValueError("y")])
+    assert innermost(several) is several
+
+
 URL_1 = "postgresql://u:p@127.0.0.1:1/db"
 
 
@@ -487,6 +575,22 @@ def test_a_listing_limit_past_the_ceiling_is_a_usage_error(tmp_path: Path) -> No
         proc = run_cli(command, "list", "--limit", str(2**63 - 1), "--store", url)
         assert proc.returncode == 2 and "from 1 to 1000000" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_a_listing_limit_or_claim_window_below_one_is_a_usage_error(tmp_path: Path) -> None:
+    # --limit 0 would list nothing and still say "more than 0 match"; a claim window of 0
+    # seconds would take over a live worker's claim at once. Both are refused by argparse.
+    url = make_store(tmp_path / "x.db")
+    resume = ("operations", "resume", "op_1", "--registry", "tests.cli_tools:REGISTRY")
+    *listings, stale = run_all(
+        ["approvals", "list", "--limit", "0", "--store", url],
+        ["operations", "list", "--limit", "0", "--store", url],
+        [*resume, "--claim-stale-after", "0", "--store", url],
+    )
+    for proc in listings:
+        assert proc.returncode == 2 and "from 1 to 1000000, got 0" in proc.stderr, proc.stderr
+    assert stale.returncode == 2
+    assert "must be a positive number of seconds, not '0'" in stale.stderr
 
 
 def test_a_closed_stdout_is_refused_before_anything_is_done(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
 from callgate.engine.cli_output import terminal_text
@@ -213,6 +214,13 @@ def test_terminal_text_spells_out_every_unsafe_character() -> None:
         assert terminal_text(text) == text
 
 
+def test_terminal_text_spells_each_unsafe_character_in_its_own_width() -> None:
+    # Below U+0100 (C0, DEL, C1) a character is spelled \xNN, above it \uNNNN: the
+    # spelling is what an operator copies back (an id with a C1 control), so it is exact.
+    assert terminal_text("a\x85b\x9fc\x7f") == "a\\x85b\\x9fc\\x7f"
+    assert terminal_text("\u2028\u2066\udcff") == "\\u2028\\u2066\\udcff"
+
+
 def test_stored_text_shows_escaped_in_every_view(tmp_path: Path) -> None:
     url = make_store(tmp_path / "x.db")
     store = ("--store", url)
@@ -229,6 +237,86 @@ def test_stored_text_shows_escaped_in_every_view(tmp_path: Path) -> None:
     ops_list, op_show, apr_list, apr_show = (p.stdout for p in procs)
     assert f"acme{SHOWN}" in ops_list and f"bob{SHOWN}" in op_show
     assert f"refund{SHOWN}" in apr_list and f"by ann{SHOWN}: too big{SHOWN}" in apr_show
+
+
+def test_an_approval_decided_in_time_never_shows_as_expired(tmp_path: Path) -> None:
+    # "pending (expired)" tells an operator that a pending approval can no longer be
+    # decided; one decided before its expiry stays "approved" in every view afterwards.
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    now = time.time()
+
+    async def main() -> None:
+        async with open_store(url) as store:
+            record = _approval("apr_1", "op_1")
+            await store.create_approval(
+                msgspec.structs.replace(record, created_at=now - 120, expires_at=now - 60)
+            )
+            await store.decide_approval("apr_1", True, "ann", None, now=now - 90)
+
+    anyio.run(main)
+    listed, shown = run_all(
+        ["approvals", "list", "--store", url], ["approvals", "show", "apr_1", "--store", url]
+    )
+    assert listed.returncode == shown.returncode == 0
+    assert listed.stdout.splitlines()[1].split()[:2] == ["apr_1", "approved"]
+    assert "status     approved\n" in shown.stdout
+    assert "expired" not in listed.stdout + shown.stdout
+
+
+def test_operations_show_of_an_ended_operation(tmp_path: Path) -> None:
+    # What `operations show` prints of an operation that has ended: a final text of exactly
+    # the preview length in full (one character more is cut, with "…"), every approval of
+    # the operation, and no "paused turn" (its proposed calls are only a pause's).
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    snapshot = {
+        "outcome": {"calls": [{"call_id": "c_9", "name": "refund"}]},
+        # Read without trusting its shape: only string approval ids are approvals.
+        "approvals": {"c_9": "apr_a", "c_8": 7, "c_7": {"id": "apr_b"}},
+    }
+
+    async def main() -> None:
+        async with open_store(url) as store:
+            for op_id, text in (("op_200", "x" * 200), ("op_201", "y" * 201)):
+                await store.create_operation(
+                    msgspec.structs.replace(
+                        _record(op_id, state="completed"),
+                        snapshot=json.dumps(snapshot | {"text": text}).encode(),
+                    )
+                )
+            await store.create_approval(_approval("apr_a", "op_200"))
+            await store.create_approval(_approval("apr_b", "op_200"))
+
+    anyio.run(main)
+    full, cut, as_json = run_all(
+        ["operations", "show", "op_200", "--store", url],
+        ["operations", "show", "op_201", "--store", url],
+        ["operations", "show", "op_200", "--json", "--store", url],
+    )
+    assert full.returncode == cut.returncode == as_json.returncode == 0, full.stderr + cut.stderr
+    assert json.loads(as_json.stdout)["snapshot"]["waiting_on"] == {"c_9": "apr_a"}
+    assert f"text       {'x' * 200}\n" in full.stdout and "…" not in full.stdout
+    assert f"text       {'y' * 200}…\n" in cut.stdout
+    rows = full.stdout.split("approvals\n", 1)[1].splitlines()
+    assert [r.split()[0] for r in rows[1:3]] == ["apr_a", "apr_b"]
+    assert "paused turn" not in full.stdout and "c_9" not in full.stdout
+
+
+def test_a_backslash_in_a_stored_id_is_doubled_so_it_reads_apart_from_an_escape(
+    tmp_path: Path,
+) -> None:
+    # An id holding the four characters \x1b must not look like one holding ESC (shown
+    # \x1b): text views double a stored backslash.
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+
+    async def main() -> None:
+        async with open_store(url) as store:
+            await store.create_operation(_record("op_\\x1b", state="completed"))
+            await store.create_operation(_record("op_\x1b", state="completed"))
+
+    anyio.run(main)
+    (listed,) = run_all(["operations", "list", "--store", url])
+    ids = sorted(line.split()[0] for line in listed.stdout.splitlines()[1:])
+    assert ids == ["op_\\\\x1b", "op_\\x1b"]
 
 
 def test_error_lines_show_outside_text_escaped(tmp_path: Path) -> None:

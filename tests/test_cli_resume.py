@@ -107,6 +107,27 @@ async def test_resume_while_an_approval_is_undecided_exits_5_and_runs_nothing(
     assert not (tmp_path / "effects.log").exists()
 
 
+async def test_resume_that_ran_nothing_and_cannot_write_its_answer_exits_2(
+    tmp_path: Path,
+) -> None:
+    # A resume that found its approval undecided changed nothing: a failed write of its
+    # answer is a read-only command's (2, "nothing was changed"), never ANSWER_LOST (4,
+    # "do not resume again").
+    url = f"sqlite:///{tmp_path / 'callgate.db'}"
+    async with ReplayServer([ReplayTurn.from_file(WEATHER_CALL)]) as server:
+        op, _ = await _paused(url, server.base_url)
+        with open("/dev/full", "wb") as full:  # noqa: ASYNC230 - a device, opened once
+            early = await _cli(
+                "operations", "resume", op, "--registry", "tests.cli_tools:REGISTRY",
+                env=_env(url, server.base_url, tmp_path), stdout=full,
+            )  # fmt: skip
+    assert early.returncode == 2, early.stderr.decode()
+    assert early.stderr.decode().endswith(
+        "callgate operations resume: cannot write the answer to standard output (No space "
+        "left on device); nothing was changed\n"
+    )
+
+
 async def test_resume_that_moves_on_to_a_new_pause_exits_0(tmp_path: Path) -> None:
     # The approved call ran, and the model proposed another call (its own id and
     # arguments) that needs approval.

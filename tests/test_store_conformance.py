@@ -24,6 +24,7 @@ import pytest
 
 from callgate.engine.core.errors import ConfigError, StaleWriteError, StoreError
 from callgate.engine.store import (
+    LEDGER_RETENTION,
     ApprovalAlreadyConsumed,
     ApprovalAlreadyDecided,
     ApprovalExpired,
@@ -41,6 +42,7 @@ from callgate.engine.store import (
     StoreUnavailable,
     open_store,
 )
+from callgate.engine.store.migrations import SchemaMissing
 
 from .store_conformance_helpers import (
     NOW,
@@ -112,6 +114,22 @@ async def test_a_value_postgresql_cannot_hold_is_a_store_error_not_unavailable(
     with pytest.raises(StoreError, match="refused a value") as caught:
         await store.create_operation(op("op-\x00"))
     assert not isinstance(caught.value, StoreUnavailable)
+
+
+@all_backends
+async def test_listings_are_oldest_first_ties_by_id_and_cut_at_the_limit(store: Store) -> None:
+    # Creation time first, the id only breaks a tie: the ids are chosen so that neither
+    # id order, a reversed tie-break nor insertion order gives the expected list. The CLI
+    # reads "more than N" from a listing of N + 1, so a limit must be exact.
+    for oid, at in (("op-a", NOW + 1), ("op-c", NOW), ("op-b", NOW)):
+        await store.create_operation(op(oid, created_at=at, updated_at=at))
+    assert [o.operation_id for o in await store.list_operations()] == ["op-b", "op-c", "op-a"]
+    assert [o.operation_id for o in await store.list_operations(limit=2)] == ["op-b", "op-c"]
+    for aid, at in (("ap-a", NOW + 1), ("ap-c", NOW), ("ap-b", NOW)):
+        await store.create_approval(approval(aid, created_at=at))
+    assert [a.approval_id for a in await store.list_approvals()] == ["ap-b", "ap-c", "ap-a"]
+    assert [a.approval_id for a in await store.list_approvals(limit=1)] == ["ap-b"]
+    assert [a.approval_id for a in await store.list_approvals(limit=2)] == ["ap-b", "ap-c"]
 
 
 @all_backends
@@ -473,6 +491,92 @@ async def test_sqlite_busy_never_escapes_untyped(tmp_path: Path) -> None:
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
+
+
+async def test_sqlite_prune_runs_every_batch_not_only_the_first(tmp_path: Path) -> None:
+    # Pruning deletes 1000 rows per write transaction; a ledger holding exactly two
+    # batches of finished rows must lose all of them (not only the first batch, nor stop
+    # at a full batch without trying the next).
+    path = tmp_path / "prune.db"
+    async with SQLiteStore(path) as s:
+        conn = sqlite3.connect(path)
+        with conn:
+            conn.executemany(
+                "INSERT INTO ledger VALUES (?, ?, 'D', 'succeeded', NULL, NULL, ?, ?)",
+                [(T, f"k{i}", NOW, NOW) for i in range(2000)],
+            )
+        conn.close()
+        assert await s.prune_ledger(now=NOW + LEDGER_RETENTION + 1) == 2000
+        assert await s.ledger_get(T, "k0") is None
+        assert await s.ledger_get(T, "k1999") is None
+
+
+async def test_a_read_only_sqlite_start_never_creates_the_file(tmp_path: Path) -> None:
+    # migrate=False (the CLI's listings) opens with mode=rw: a mistyped path is an error,
+    # never a new empty database.
+    path = tmp_path / "missing.db"
+    with pytest.raises(StoreUnavailable):
+        async with SQLiteStore(path, migrate=False):
+            pass
+    assert not path.exists()
+
+
+async def test_a_failed_read_only_start_can_be_retried_and_fails_again(tmp_path: Path) -> None:
+    # A start() that failed leaves the store unstarted: a second start() checks the file
+    # again (it must not report success on a file that still has no callgate schema), and
+    # succeeds once the engine has migrated the file.
+    path = tmp_path / "later.db"
+    sqlite3.connect(path).close()  # exists, holds nothing
+    s = SQLiteStore(path, migrate=False)
+    for _ in range(2):
+        with pytest.raises(SchemaMissing):
+            await s.start()
+    async with SQLiteStore(path):  # the engine migrates it
+        pass
+    await s.start()
+    try:
+        assert await s.list_operations() == []
+    finally:
+        await s.aclose()
+
+
+async def test_a_read_only_start_refuses_an_older_schema(tmp_path: Path) -> None:
+    # A schema_version table without the current version (here: empty, version 0) is not
+    # a callgate store of this version: a listing must refuse it, not read old-shaped rows.
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE schema_version (version INTEGER PRIMARY KEY NOT NULL, "
+        "description TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    conn.close()
+    with pytest.raises(SchemaMissing, match="version 0"):
+        async with SQLiteStore(path, migrate=False):
+            pass
+
+
+@pytest.mark.parametrize(("mode", "level"), [("NORMAL", 1), ("EXTRA", 3)])
+async def test_sqlite_synchronous_setting_is_applied(tmp_path: Path, mode: Any, level: int) -> None:
+    # synchronous decides whether a committed ledger row survives power loss: the mode
+    # asked for must be the one every connection runs with (SQLite's default is FULL, so
+    # only another mode shows whether it was applied). Read through the store's own
+    # connection: no public API reports it.
+    async with SQLiteStore(tmp_path / "sync.db", synchronous=mode) as s:
+        got = await s._read(lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0])
+    assert got == level
+
+
+@pytest.mark.parametrize("store_url", ["memory", "sqlite"], indirect=True)
+async def test_a_closed_store_refuses_every_call(store_url: str) -> None:
+    # A store used after aclose() (a host that kept a reference past `async with`) must
+    # refuse, never keep answering: the memory store's dicts would still be there.
+    s = make_store(store_url)
+    async with s:
+        await s.create_operation(op())
+    with pytest.raises(StoreError, match="closed"):
+        await s.get_operation("op-1")
+    with pytest.raises(StoreError, match="closed"):
+        await s.create_operation(op("op-2"))
 
 
 async def test_store_refuses_use_before_start(tmp_path: Path) -> None:

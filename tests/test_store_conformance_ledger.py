@@ -183,6 +183,31 @@ async def test_ledger_writes_require_ownership_and_terminal_states(store: Store)
 
 
 @all_backends
+async def test_the_same_key_of_two_tenants_is_two_separate_rows(store: Store) -> None:
+    # An idempotency key is scoped to its tenant: one tenant's begin must not meet the
+    # other's row, and finishing one row must not overwrite the other tenant's row of the
+    # same key.
+    other = "tenant-b"
+    assert isinstance(await store.ledger_begin(T, "k", "digest-A", "a1", now=NOW), Began)
+    assert isinstance(await store.ledger_begin(other, "k", "digest-B", "b1", now=NOW + 1), Began)
+    await store.ledger_finish(T, "k", "a1", LedgerState.SUCCEEDED, b"a", now=NOW + 2)
+    b = await store.ledger_get(other, "k")
+    assert b is not None
+    assert (b.state, b.request_digest, b.owner, b.result) == (
+        LedgerState.IN_FLIGHT,
+        "digest-B",
+        "b1",
+        None,
+    )
+    await store.ledger_finish(other, "k", "b1", LedgerState.FAILED, b"b", now=NOW + 3)
+    a = await store.ledger_get(T, "k")
+    assert a is not None
+    assert (a.state, a.request_digest, a.result) == (LedgerState.SUCCEEDED, "digest-A", b"a")
+    replay = await store.ledger_begin(other, "k", "digest-B", "b2", now=NOW + 4)
+    assert replay == Replay(state=LedgerState.FAILED, result=b"b")
+
+
+@all_backends
 async def test_prune_removes_only_old_finished_rows(store: Store) -> None:
     old, recent = NOW, NOW + LEDGER_RETENTION
     for key, state in (

@@ -130,6 +130,17 @@ async def test_json_columns_written_as_text_read_as_their_bytes(tmp_path: Path) 
     assert getattr(replay, "result", None) == b'{"ok":1}'
 
 
+async def test_non_ascii_json_written_as_text_reads_as_its_utf8_bytes(tmp_path: Path) -> None:
+    # The sqlite3 shell stores a typed-in JSON value as TEXT: its bytes are the UTF-8 of
+    # that text (the encoding every JSON reader expects), also past ASCII.
+    db = tmp_path / "db"
+    await _store_with_rows(db)
+    _edit(db, """UPDATE ledger SET result = '{"city":"Zürich €"}'""")
+    async with SQLiteStore(db) as store:
+        replay = await store.ledger_begin("t", "k1", "r" * 64, "w2", now=NOW + 1)
+    assert getattr(replay, "result", None) == '{"city":"Zürich €"}'.encode()
+
+
 def test_a_snapshot_that_does_not_decode_is_a_store_error() -> None:
     with pytest.raises(StoreError, match="op1"):
         decode_snapshot(b'{"operation_id": 5}', "op1")
