@@ -566,10 +566,11 @@ async def test_sqlite_synchronous_setting_is_applied(tmp_path: Path, mode: Any, 
     assert got == level
 
 
-@pytest.mark.parametrize("store_url", ["memory", "sqlite"], indirect=True)
+@all_backends
 async def test_a_closed_store_refuses_every_call(store_url: str) -> None:
     # A store used after aclose() (a host that kept a reference past `async with`) must
-    # refuse, never keep answering: the memory store's dicts would still be there.
+    # refuse, never keep answering (the memory store's dicts would still be there), and
+    # say it was closed, not that it was never started.
     s = make_store(store_url)
     async with s:
         await s.create_operation(op())

@@ -134,6 +134,7 @@ class PostgresStore(rules.LedgerMoves, Store):
         self._max_attempts = max_attempts
         self._migrate = migrate
         self._pool: Any = None
+        self._closed = False  # after aclose(): refuse with "closed", as the other stores
 
     # -- plumbing ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -174,6 +175,7 @@ class PostgresStore(rules.LedgerMoves, Store):
         self._pool = pool
 
     async def aclose(self) -> None:
+        self._closed = True
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
@@ -182,6 +184,8 @@ class PostgresStore(rules.LedgerMoves, Store):
         """Run ``fn(conn)`` on a pooled connection (in a transaction if asked), retrying
         serialization failures/deadlocks; map driver errors to StoreUnavailable."""
         if self._pool is None:
+            if self._closed:
+                raise StoreError("store is closed")
             raise StoreError("store not started: use `async with store:` or `await start()`")
         asyncpg = _driver()
         retryable = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
