@@ -109,68 +109,28 @@ def test_a_run_of_exactly_run_chars_is_joined_and_one_more_is_kept_apart() -> No
 def test_a_thinking_block_of_a_whole_number_of_runs_is_echoed_whole(count: int) -> None:
     # A block whose deltas fill whole runs holds no loose piece: it must still count as
     # text, or the echo would drop the thinking the API asks to be sent back.
-    def ev(payload: dict[str, object]) -> str:
-        return f"event: {payload['type']}\ndata: {json.dumps(payload)}\n\n"
+    def ev(kind: str, **fields: object) -> str:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n"
+
+    def delta(index: int, **fields: str) -> str:
+        return ev("content_block_delta", index=index, delta=fields)
 
     thinking = [f"t{i:03d} " for i in range(count)]
-    start = {"type": "thinking", "thinking": "", "signature": ""}
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+               "content": [], "stop_reason": None,
+               "usage": {"input_tokens": 1, "output_tokens": 1}}  # fmt: skip
+    thought = {"type": "thinking", "thinking": "", "signature": ""}
     events = [
-        ev(
-            {
-                "type": "message_start",
-                "message": {
-                    "id": "msg_1",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": "m",
-                    "content": [],
-                    "stop_reason": None,
-                    "usage": {"input_tokens": 1, "output_tokens": 1},
-                },
-            }
-        ),
-        ev({"type": "content_block_start", "index": 0, "content_block": start}),
-        *(
-            ev(
-                {
-                    "type": "content_block_delta",
-                    "index": 0,
-                    "delta": {"type": "thinking_delta", "thinking": piece},
-                }
-            )
-            for piece in thinking
-        ),
-        ev(
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "signature_delta", "signature": "SIG"},
-            }
-        ),
-        ev({"type": "content_block_stop", "index": 0}),
-        ev(
-            {
-                "type": "content_block_start",
-                "index": 1,
-                "content_block": {"type": "text", "text": ""},
-            }
-        ),
-        ev(
-            {
-                "type": "content_block_delta",
-                "index": 1,
-                "delta": {"type": "text_delta", "text": "Hi."},
-            }
-        ),
-        ev({"type": "content_block_stop", "index": 1}),
-        ev(
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": "end_turn"},
-                "usage": {"output_tokens": 2},
-            }
-        ),
-        ev({"type": "message_stop"}),
+        ev("message_start", message=message),
+        ev("content_block_start", index=0, content_block=thought),
+        *(delta(0, type="thinking_delta", thinking=piece) for piece in thinking),
+        delta(0, type="signature_delta", signature="SIG"),
+        ev("content_block_stop", index=0),
+        ev("content_block_start", index=1, content_block={"type": "text", "text": ""}),
+        delta(1, type="text_delta", text="Hi."),
+        ev("content_block_stop", index=1),
+        ev("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 2}),
+        ev("message_stop"),
     ]
     out = decode("anthropic", ["".join(events).encode()])
     assert out.text == "Hi."

@@ -53,6 +53,18 @@ def _executables(registry: Registry, names: list[str]) -> list[Executable]:
     return [v for v in verdicts if isinstance(v, Executable)]
 
 
+def _store_ctx(store: Any) -> DispatchContext:
+    """A context with an idempotency ledger (``store``) and a clock that stands still."""
+    return DispatchContext(
+        auth=AUTH,
+        store=store,
+        worker_id="w",
+        max_parallelism=4,
+        max_result_bytes=64 * 1024,
+        clock=lambda: 3.0,
+    )
+
+
 def _ctx(parallelism: int = 8, limiters: dict[str, Any] | None = None) -> DispatchContext:
     return DispatchContext(
         auth=AUTH,
@@ -373,14 +385,7 @@ async def test_a_reconcile_that_finds_nothing_gives_the_key_back_as_unknown(
         # An earlier attempt timed out: the key is unknown.
         await store.ledger_begin(AUTH.tenant, key, item.args_digest, "earlier", now=1.0)
         await store.ledger_mark_unknown(AUTH.tenant, key, "earlier", now=2.0)
-        ctx = DispatchContext(
-            auth=AUTH,
-            store=store,
-            worker_id="w",
-            max_parallelism=4,
-            max_result_bytes=64 * 1024,
-            clock=lambda: 3.0,
-        )
+        ctx = _store_ctx(store)
         (result,) = await execute_calls([item], ctx, remaining_seconds=5)
         row = await store.ledger_get(AUTH.tenant, key)
     assert result.status == "outcome_unknown" and result.unresolved and not result.ran
@@ -409,14 +414,7 @@ async def test_a_write_whose_handler_raised_is_finished_failed_and_replayed(
     (item,) = _executables(Registry([spec]), ["charge"])
     key = spec.idempotency_key(AUTH.operation_id, item.args)
     async with SQLiteStore(str(tmp_path / "cg.db")) as store:
-        ctx = DispatchContext(
-            auth=AUTH,
-            store=store,
-            worker_id="w",
-            max_parallelism=4,
-            max_result_bytes=64 * 1024,
-            clock=lambda: 3.0,
-        )
+        ctx = _store_ctx(store)
         (first,) = await execute_calls([item], ctx, remaining_seconds=5)
         row = await store.ledger_get(AUTH.tenant, key)
         (again,) = await execute_calls([item], ctx, remaining_seconds=5)

@@ -80,17 +80,25 @@ def test_echo_keeps_a_text_signature_on_the_text_part() -> None:
     ]
 
 
-def test_echo_keeps_the_order_of_text_and_calls_and_each_text_signature() -> None:
-    call_a = {"functionCall": {"name": "a", "args": {"x": 1}, "id": "c1"}, "thoughtSignature": "C1"}
-    call_b = {"functionCall": {"name": "b", "args": {}, "id": "c2"}}
+_CALL_A = {"functionCall": {"name": "a", "args": {"x": 1}, "id": "c1"}, "thoughtSignature": "C1"}
+_CALL_B = {"functionCall": {"name": "b", "args": {}, "id": "c2"}}
+
+
+def _ordered_stream() -> bytes:
+    """A thought, text, a call, text, a call: signatures on the thought, on each text
+    run's last piece and on the first call."""
     chunks = [
         candidate({"text": "think", "thought": True, "thoughtSignature": "T"}),
         candidate({"text": "First "}, {"text": "I look.", "thoughtSignature": "S1"}),
-        candidate(call_a),
+        candidate(_CALL_A),
         candidate({"text": "Then "}),
-        candidate({"text": "more.", "thoughtSignature": "S2"}, call_b, finish="STOP"),
+        candidate({"text": "more.", "thoughtSignature": "S2"}, _CALL_B, finish="STOP"),
     ]
-    body = b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
+
+
+def test_echo_keeps_the_order_of_text_and_calls_and_each_text_signature() -> None:
+    body = _ordered_stream()
     for feed in ([body], [body[i : i + 1] for i in range(len(body))]):
         outcome = decode("gemini", feed)
         assert outcome.kind is OutcomeKind.TOOL_PROPOSALS
@@ -101,9 +109,9 @@ def test_echo_keeps_the_order_of_text_and_calls_and_each_text_signature() -> Non
                 "parts": [
                     {"text": "think", "thought": True, "thoughtSignature": "T"},
                     {"text": "First I look.", "thoughtSignature": "S1"},
-                    call_a,
+                    _CALL_A,
                     {"text": "Then more.", "thoughtSignature": "S2"},
-                    call_b,
+                    _CALL_B,
                 ],
             }
         ]
@@ -123,21 +131,6 @@ def test_echo_falls_back_to_the_usual_order_when_the_part_order_does_not_fit() -
     # An outcome whose text no longer matches its order (edited, or from elsewhere).
     edited = msgspec.structs.replace(outcome, text="abc")
     assert ADAPTER.assistant_echo(edited)[0]["parts"] == [{"text": "abc", "thoughtSignature": "S2"}]
-
-
-def _ordered_stream_outcome() -> Any:
-    """The turn of the order test above: a thought, text, a call, text, a call."""
-    call_a = {"functionCall": {"name": "a", "args": {"x": 1}, "id": "c1"}, "thoughtSignature": "C1"}
-    call_b = {"functionCall": {"name": "b", "args": {}, "id": "c2"}}
-    chunks = [
-        candidate({"text": "think", "thought": True, "thoughtSignature": "T"}),
-        candidate({"text": "First "}, {"text": "I look.", "thoughtSignature": "S1"}),
-        candidate(call_a),
-        candidate({"text": "Then "}),
-        candidate({"text": "more.", "thoughtSignature": "S2"}, call_b, finish="STOP"),
-    ]
-    body = b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
-    return decode("gemini", [body])
 
 
 @pytest.mark.parametrize(
@@ -169,7 +162,7 @@ def test_a_part_order_that_does_not_account_for_each_part_once_falls_back(
     """``gemini_part_order`` is followed only when it names every thought and call exactly
     once and covers the text without gaps; any other order (an outcome edited or read
     back from elsewhere) gives the usual order: thoughts, the text, the calls."""
-    outcome = _ordered_stream_outcome()
+    outcome = decode("gemini", [_ordered_stream()])
     [detail] = outcome.provider_details
     assert detail.kind == "gemini_part_order"
     tampered = msgspec.structs.replace(
